@@ -1,0 +1,136 @@
+// Frugal's minimal example: an MLP learns to tell interleaved spirals apart, trained by the
+// Trainer with every option settable from examples/minimal/config.toml, FRUGAL_* environment
+// variables and --section.key=value flags.
+//
+//   build/examples/minimal/frugal_minimal --config examples/minimal/config.toml
+//   build/examples/minimal/frugal_minimal --smoke-test            # only the CPU smoke test
+//   build/examples/minimal/frugal_minimal --help                  # every key and its default
+
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "frugal/frugal.hpp"
+#include "spiral.hpp"
+
+namespace {
+
+struct ModelOptions {
+  int64_t hidden = 64;
+  int64_t layers = 3;
+  double lr = 3e-3;
+  double weight_decay = 1e-4;
+  int64_t train_examples = 8192;
+  int64_t validation_examples = 2048;
+  int64_t classes = 3;
+  double noise = 0.03;
+  int64_t seed = 0;
+};
+
+struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
+  MlpImpl(int64_t hidden, int64_t layers, int64_t classes) : hidden_(hidden), layers_(layers), classes_(classes) { reset(); }
+  void reset() override {
+    net = torch::nn::Sequential();
+    int64_t in = 2;
+    for (int64_t i = 0; i < layers_; ++i) {
+      net->push_back(torch::nn::Linear(in, hidden_));
+      net->push_back(torch::nn::ReLU());
+      in = hidden_;
+    }
+    net->push_back(torch::nn::Linear(in, classes_));
+    register_module("net", net);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return net->forward(x); }
+  int64_t hidden_, layers_, classes_;
+  torch::nn::Sequential net{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+int run(int argc, char** argv) {
+  frugal::StandardOptions options;
+  options.trainer.max_epochs(8).run_dir("runs/minimal").log_every_n_steps(50);
+  options.data.batch_size(64);
+  ModelOptions m;
+  frugal::Config config;
+  frugal::bind(config, options);
+  config.bind("model.hidden", m.hidden, "Hidden width of the MLP");
+  config.bind("model.layers", m.layers, "Hidden layers");
+  config.bind("model.lr", m.lr, "AdamW learning rate");
+  config.bind("model.weight_decay", m.weight_decay, "AdamW weight decay");
+  config.bind("model.train_examples", m.train_examples, "Spiral points to train on");
+  config.bind("model.validation_examples", m.validation_examples, "Spiral points to validate on");
+  config.bind("model.classes", m.classes, "Number of spirals");
+  config.bind("model.noise", m.noise, "Gaussian noise on the points");
+  config.bind("model.seed", m.seed, "Seed of the data and the initial weights");
+  config.add_check("model", [&m] {
+    if (m.hidden < 1) throw frugal::OptionError("hidden", "hidden must be >= 1, got " + std::to_string(m.hidden));
+    if (m.layers < 1) throw frugal::OptionError("layers", "layers must be >= 1, got " + std::to_string(m.layers));
+    if (m.classes < 2) throw frugal::OptionError("classes", "classes must be >= 2, got " + std::to_string(m.classes));
+    if (m.train_examples < 1) throw frugal::OptionError("train_examples", "train_examples must be >= 1");
+    if (m.validation_examples < 1) throw frugal::OptionError("validation_examples", "validation_examples must be >= 1");
+  });
+
+  frugal::CommandLine cli = frugal::load_config(argc, argv, config, "Frugal minimal example: spirals with an MLP",
+                                                frugal::process_environment());
+  if (cli.exit_code) {
+    std::cout << cli.message;
+    return *cli.exit_code;
+  }
+  frugal::log::set_level(options.log_level);
+  if (cli.print_config) std::cout << config.to_toml();
+  if (!options.trainer.run_dir().empty()) config.write_resolved(std::filesystem::path(options.trainer.run_dir()) / "config.toml");
+
+  torch::manual_seed(static_cast<uint64_t>(m.seed));
+  auto train = minimal::make_spirals(m.train_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 1);
+  auto validation = minimal::make_spirals(m.validation_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 2);
+  Mlp net(m.hidden, m.layers, m.classes);
+  frugal::Model model(
+      net.ptr(),
+      frugal::LossFn<MlpImpl>([](MlpImpl& n, const frugal::Batch& b) { return torch::cross_entropy_loss(n.forward(b.input), b.target); }),
+      frugal::MetricsFn<MlpImpl>([](MlpImpl& n, const frugal::Batch& b) {
+        auto logits = n.forward(b.input);
+        return frugal::BatchMetrics{{"loss", torch::cross_entropy_loss(logits, b.target)},
+                                    {"accuracy", (logits.argmax(1) == b.target).to(torch::kFloat).mean()}};
+      }));
+  const double lr = m.lr, weight_decay = m.weight_decay;
+  frugal::Trainer trainer(model, [lr, weight_decay](torch::nn::Module& module) {
+    return std::make_unique<torch::optim::AdamW>(module.parameters(), torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+  }, train, options.trainer, options.data);
+  trainer.set_validation_data(validation);
+  const int64_t total_steps = options.trainer.max_epochs() *
+                              frugal::DataLoader(train, options.data).batches_per_epoch();
+  trainer.set_lr_schedule(frugal::lr::cosine(total_steps / 20, std::max<int64_t>(total_steps, total_steps / 20 + 1), 0.05));
+
+  if (cli.smoke_test_only) {
+    frugal::SmokeTestOptions smoke = options.smoke_test;
+    smoke.mode(frugal::SmokeTestMode::fail);
+    frugal::SmokeTestReport report = frugal::run_smoke_test(trainer, smoke);
+    std::cout << report.to_string() << "\n";
+    return report.passed ? 0 : 1;
+  }
+  frugal::add_policies(trainer, options);
+  frugal::FitResult result = trainer.fit();
+  const auto& v = result.state.last_validation;
+  std::cout << "minimal: " << result.state.step << " steps in " << result.seconds << " s ("
+            << static_cast<int64_t>(result.samples_per_second) << " samples/s), final train loss " << result.train_loss;
+  for (const auto& [name, value] : v) std::cout << ", validation " << name << " " << value;
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const frugal::ConfigError& e) {
+    std::cerr << "frugal_minimal: " << e.what() << "\n";
+    return 2;
+  } catch (const frugal::SmokeTestFailed& e) {
+    std::cerr << "frugal_minimal: the run did not start: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "frugal_minimal: " << e.what() << "\n";
+    return 1;
+  }
+}

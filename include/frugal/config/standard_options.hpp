@@ -1,0 +1,35 @@
+#pragma once
+// The option structs every Frugal program shares, bound to their config keys in one place, and
+// the policies they switch on. A program binds these plus keys of its own ([model] ...).
+//
+//   frugal::StandardOptions opts;
+//   frugal::Config config;
+//   frugal::bind(config, opts);
+//   frugal::load_config(argc, argv, config, "train", frugal::process_environment());
+//   frugal::Trainer trainer(model, make_optimizer, data, opts.trainer, opts.data);
+//   frugal::add_policies(trainer, opts);
+
+#include "frugal/config/config.hpp"
+#include "frugal/core/trainer_options.hpp"
+#include "frugal/data/data_loader.hpp"
+#include "frugal/log.hpp"
+#include "frugal/policies/smoke_test.hpp"
+
+namespace frugal {
+
+class Trainer;
+
+struct StandardOptions {
+  TrainerOptions trainer;      // [trainer]
+  DataLoaderOptions data;      // [data]
+  SmokeTestOptions smoke_test; // [smoke_test]
+  log::Level log_level = log::Level::info;  // [log] level
+};
+
+/// Binds every field of `options` to its "section.name" key, with validation checks.
+void bind(Config& config, StandardOptions& options);
+
+/// Adds the policies `options` switch on, in their documented order.
+void add_policies(Trainer& trainer, const StandardOptions& options);
+
+}  // namespace frugal

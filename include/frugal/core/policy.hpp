@@ -1,0 +1,98 @@
+#pragma once
+// A policy is one efficiency feature (mixed precision, accumulation, checkpointing, early
+// stopping, the smoke test...) expressed as hooks into the Trainer's step sequence. Every hook
+// has a no-op default, so a policy overrides only the points it needs; policies never copy the
+// sequence itself. Within one hook point, policies run in the order they were added.
+//
+// Order of the hooks in one micro-step (Trainer::train_micro_step):
+//   on_step_begin -> forward_guard (forward + loss run inside) -> transform_loss -> backward
+//   -> on_after_backward -> [boundary only: reduce_gradients -> unscale_gradients -> clip_gradients
+//   -> before_optimizer_step -> optimizer step + LR schedule unless cancelled -> on_after_optimizer_step]
+//   -> on_step_end
+// Once a step is cancelled, the remaining gradient hooks (unscale, clip, before_optimizer_step)
+// are not called; on_after_optimizer_step always is, with ctx.step_cancelled() telling.
+//
+//   struct CountSteps : frugal::Policy {
+//     std::string name() const override { return "count_steps"; }
+//     void on_after_optimizer_step(frugal::StepContext& ctx) override { if (!ctx.step_cancelled()) ++n; }
+//     int n = 0;
+//   };
+
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "frugal/core/step_context.hpp"
+#include "frugal/core/trainer_state.hpp"
+
+namespace frugal {
+
+class Trainer;
+
+/// Named tensors making up a policy's saved state (the checkpoint stores them).
+using StateDict = std::map<std::string, torch::Tensor>;
+
+/// Phase in which a forward pass runs.
+enum class Phase { train, validate };
+inline std::ostream& operator<<(std::ostream& out, Phase phase) {
+  return out << (phase == Phase::train ? "train" : "validate");
+}
+
+/// RAII scope a policy wraps around a forward pass (e.g. an autocast guard).
+class ForwardGuard {
+ public:
+  virtual ~ForwardGuard() = default;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  /// Unique within a Trainer; prefixes the policy's saved state.
+  virtual std::string name() const = 0;
+
+  // -- Fit and epoch ------------------------------------------------------------------
+  /// Before the first step. May throw to stop the fit before it starts (the smoke test does).
+  virtual void on_fit_begin(const Trainer& /*trainer*/) {}
+  virtual void on_fit_end(const Trainer& /*trainer*/) {}
+  virtual void on_epoch_begin(const TrainerState& /*state*/) {}
+  virtual void on_epoch_end(const TrainerState& /*state*/) {}
+
+  // -- One micro-step, in this order -----------------------------------------------------
+  /// 1. May clear ctx.set_boundary() (gradient accumulation).
+  virtual void on_step_begin(StepContext& /*ctx*/) {}
+  /// 2. A scope held open around the forward pass and loss, or nullptr.
+  virtual std::unique_ptr<ForwardGuard> forward_guard(const TrainerState& /*state*/, Phase /*phase*/) {
+    return nullptr;
+  }
+  /// 3. Rewrites the loss before backward (loss scaling, 1/N for accumulation).
+  virtual torch::Tensor transform_loss(StepContext& /*ctx*/, torch::Tensor loss) { return loss; }
+  /// 4. After backward, on every micro-step.
+  virtual void on_after_backward(StepContext& /*ctx*/) {}
+  /// 5. Boundary only: average gradients across replicas.
+  virtual void reduce_gradients(StepContext& /*ctx*/) {}
+  /// 6. Boundary only: unscale gradients and check them for inf/nan; may cancel the step.
+  virtual void unscale_gradients(StepContext& /*ctx*/) {}
+  /// 7. Boundary only, on unscaled and reduced gradients: clip.
+  virtual void clip_gradients(StepContext& /*ctx*/) {}
+  /// 8. Boundary only: last chance to cancel the optimizer step.
+  virtual void before_optimizer_step(StepContext& /*ctx*/) {}
+  /// 9. Boundary only, after the optimizer step was taken or cancelled.
+  virtual void on_after_optimizer_step(StepContext& /*ctx*/) {}
+  /// 10. Every micro-step, after the Trainer's bookkeeping.
+  virtual void on_step_end(StepContext& /*ctx*/) {}
+
+  // -- Validation and stopping -----------------------------------------------------------
+  virtual void on_validation_end(const TrainerState& /*state*/, const Metrics& /*metrics*/) {}
+  /// Asked after every optimizer step and every validation; a reason ends the fit.
+  virtual std::optional<std::string> should_stop(const TrainerState& /*state*/) { return std::nullopt; }
+
+  // -- State that must survive a resume --------------------------------------------------
+  virtual void save_state(StateDict& /*state*/) const {}
+  virtual void load_state(const StateDict& /*state*/) {}
+};
+
+}  // namespace frugal

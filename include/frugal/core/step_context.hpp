@@ -1,0 +1,58 @@
+#pragma once
+// What one micro-step looks like to the policies that hook into it. The Trainer fills it in
+// as it goes through the numbered steps of Trainer::train_micro_step; policies read it and may
+// change the two decisions it carries: whether this micro-step ends with an optimizer step
+// (`boundary`, set before the forward pass) and whether that optimizer step is cancelled.
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <optional>
+#include <string>
+
+#include "frugal/core/trainer_state.hpp"
+#include "frugal/data/batch.hpp"
+
+namespace frugal {
+
+class StepContext {
+ public:
+  StepContext(const TrainerState& state, const Batch& batch, torch::nn::Module& module,
+              torch::optim::Optimizer& optimizer, bool last_in_epoch)
+      : state_(state), batch_(batch), module_(module), optimizer_(optimizer), last_in_epoch_(last_in_epoch) {}
+
+  const TrainerState& state() const { return state_; }
+  const Batch& batch() const { return batch_; }
+  torch::nn::Module& module() const { return module_; }
+  torch::optim::Optimizer& optimizer() const { return optimizer_; }
+  /// This micro-batch is the last of its epoch.
+  bool last_in_epoch() const { return last_in_epoch_; }
+
+  /// Whether this micro-step ends with gradient reduction and an optimizer step. True unless a
+  /// policy (gradient accumulation) clears it in on_step_begin.
+  bool boundary() const { return boundary_; }
+  void set_boundary(bool boundary) { boundary_ = boundary; }
+
+  /// The loss as the user's code returned it (detached), before any transform.
+  const torch::Tensor& loss() const { return loss_; }
+  void set_loss(torch::Tensor loss) { loss_ = std::move(loss); }
+
+  /// Cancels this boundary's optimizer step (e.g. inf/nan gradients). The first reason wins.
+  void cancel_step(std::string reason) {
+    if (!cancel_reason_) cancel_reason_ = std::move(reason);
+  }
+  bool step_cancelled() const { return cancel_reason_.has_value(); }
+  const std::optional<std::string>& cancel_reason() const { return cancel_reason_; }
+
+ private:
+  const TrainerState& state_;
+  const Batch& batch_;
+  torch::nn::Module& module_;
+  torch::optim::Optimizer& optimizer_;
+  bool last_in_epoch_;
+  bool boundary_ = true;
+  torch::Tensor loss_;
+  std::optional<std::string> cancel_reason_;
+};
+
+}  // namespace frugal

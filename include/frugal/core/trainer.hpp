@@ -1,0 +1,106 @@
+#pragma once
+// The Trainer runs the training loop over any LibTorch module. Its step sequence lives in one
+// function, train_micro_step(), written as numbered steps; every efficiency feature is a
+// Policy hooked into that sequence (see policy.hpp for the hook order).
+//
+//   frugal::Trainer trainer(model, [](torch::nn::Module& m) {
+//     return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(1e-3));
+//   }, train_data, frugal::TrainerOptions().max_epochs(3), frugal::DataLoaderOptions().batch_size(64));
+//   trainer.set_validation_data(val_data);
+//   trainer.add_policy(std::make_shared<frugal::SmokeTestPolicy>());
+//   frugal::FitResult result = trainer.fit();
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "frugal/core/lr_schedule.hpp"
+#include "frugal/core/metrics_log.hpp"
+#include "frugal/core/model.hpp"
+#include "frugal/core/policy.hpp"
+#include "frugal/core/trainer_options.hpp"
+#include "frugal/core/trainer_state.hpp"
+#include "frugal/data/data_loader.hpp"
+
+namespace frugal {
+
+/// Builds the optimizer over a module that already sits on the training device. A factory
+/// (not an optimizer) so that copies of the model (smoke test) get optimizers of their own.
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(torch::nn::Module&)>;
+
+struct FitResult {
+  TrainerState state;            // counters at the end of the fit
+  double train_loss = 0.0;       // mean loss over the last logging window
+  double seconds = 0.0;          // wall time of the fit
+  double samples_per_second = 0.0;
+};
+
+class Trainer {
+ public:
+  Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<const Dataset> train_data,
+          TrainerOptions options = {}, DataLoaderOptions data_options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void set_validation_data(std::shared_ptr<const Dataset> data);
+  void set_lr_schedule(LrSchedule schedule);
+  /// Policies run in the order added within each hook point. Names must be unique.
+  void add_policy(std::shared_ptr<Policy> policy);
+
+  /// Trains until max_epochs, max_steps or a policy's stop; returns the final counters.
+  FitResult fit();
+  /// Runs the validation set once and returns its metrics (weighted mean over batches).
+  Metrics validate();
+
+  const TrainerState& state() const { return state_; }
+  const TrainerOptions& options() const { return options_; }
+  const DataLoaderOptions& data_options() const { return train_loader_.options(); }
+  const Model& model() const { return model_; }
+  const OptimizerFactory& optimizer_factory() const { return make_optimizer_; }
+  const Dataset& train_data() const { return train_loader_.dataset(); }
+  torch::Device device() const { return device_; }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  const std::vector<std::shared_ptr<Policy>>& policies() const { return policies_; }
+
+ private:
+  void train_epoch();
+  /// The step sequence: forward, loss, backward and, on a boundary, reduction, unscaling,
+  /// clipping, the optimizer step and the LR schedule.
+  void train_micro_step(const Batch& batch, bool last_in_epoch);
+  void apply_lr_schedule();
+  void log_training();
+  void maybe_stop();
+  bool stopping() const { return state_.stop_reason.has_value(); }
+
+  Model model_;
+  OptimizerFactory make_optimizer_;
+  TrainerOptions options_;
+  DataLoader train_loader_;
+  std::unique_ptr<DataLoader> validation_loader_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<double> base_lrs_;
+  LrSchedule lr_schedule_;
+  std::vector<std::shared_ptr<Policy>> policies_;
+  torch::Device device_;
+  TrainerState state_;
+  MetricsLog metrics_log_;
+  int64_t validated_at_step_ = -1;  // so an epoch end does not repeat a validation just run
+
+  // Loss summed on the device since the last log line: read back only when logging, so the
+  // loop never waits for the GPU between steps.
+  torch::Tensor window_loss_sum_;
+  int64_t window_micro_steps_ = 0;
+  int64_t window_samples_ = 0;
+  std::chrono::steady_clock::time_point window_start_;
+  double last_window_loss_ = 0.0;
+};
+
+/// Resolves "auto", "cpu", "cuda", "cuda:N"; throws OptionError naming the value.
+torch::Device resolve_device(const std::string& name);
+
+}  // namespace frugal

@@ -1,0 +1,33 @@
+#pragma once
+// The Trainer's own options: how long to train, when to validate and log, where, on what.
+// Feature switches live in the options of their policies, not here.
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <string>
+
+namespace frugal {
+
+struct TrainerOptions {
+  TORCH_ARG(int64_t, max_epochs) = 1;
+  /// Stop after this many optimizer-step boundaries; -1 = no limit.
+  TORCH_ARG(int64_t, max_steps) = -1;
+  /// Validate every N optimizer-step boundaries; 0 = only at epoch ends (if validate_every_epoch).
+  TORCH_ARG(int64_t, validate_every_n_steps) = 0;
+  TORCH_ARG(bool, validate_every_epoch) = true;
+  /// Batch size for validation; 0 = the training batch size.
+  TORCH_ARG(int64_t, validation_batch_size) = 0;
+  /// Write a metrics line (and a log line) every N optimizer-step boundaries.
+  TORCH_ARG(int64_t, log_every_n_steps) = 50;
+  /// "cpu", "cuda", "cuda:N", or "auto" (CUDA when available).
+  TORCH_ARG(std::string, device) = "auto";
+  /// Holds config.toml, metrics.jsonl and train.log; "" = write nothing.
+  TORCH_ARG(std::string, run_dir) = "runs/default";
+
+ public:  // TORCH_ARG leaves the struct in private:
+  /// Throws OptionError naming the bad field and value.
+  void validate() const;
+};
+
+}  // namespace frugal

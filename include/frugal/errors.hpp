@@ -1,0 +1,40 @@
+#pragma once
+// Frugal's exception types. Library code throws these with enough context to act on (the
+// option, key, file or module at fault); it never exits or aborts.
+
+#include <stdexcept>
+#include <string>
+
+namespace frugal {
+
+/// Base of every error Frugal throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// An option struct holds a bad value. `option()` is the field name, e.g. "max_epochs".
+class OptionError : public Error {
+ public:
+  OptionError(std::string option, const std::string& message)
+      : Error(message), option_(std::move(option)) {}
+  const std::string& option() const noexcept { return option_; }
+
+ private:
+  std::string option_;
+};
+
+/// A config file, environment variable or command-line value is unknown or malformed; the
+/// message names the key, the value and where it came from.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// User training code broke a contract of the Trainer (e.g. a loss that is not a scalar).
+class TrainingError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace frugal

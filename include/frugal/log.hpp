@@ -1,0 +1,29 @@
+#pragma once
+// Frugal's logging front end. spdlog does the work behind it, in a translation unit of its
+// own: LibTorch ships a newer fmt than Debian's spdlog is built for, so spdlog's headers must
+// never meet LibTorch's. Callers pass finished strings (c10::str is handy for that).
+//
+//   frugal::log::info(c10::str("step ", step, " loss ", loss));
+//   frugal::log::add_file_sink(run_dir / "train.log");
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace frugal::log {
+
+enum class Level { trace, debug, info, warn, error, off };
+
+/// Parses "trace|debug|info|warn|error|off"; throws OptionError on anything else.
+Level parse_level(std::string_view name);
+void set_level(Level level);
+/// Also writes every message to `path` (appending); replaces an earlier file sink.
+void add_file_sink(const std::filesystem::path& path);
+void remove_file_sink();
+
+void debug(std::string_view message);
+void info(std::string_view message);
+void warn(std::string_view message);
+void error(std::string_view message);
+
+}  // namespace frugal::log

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what Frugal needs to build and test, skipping whatever is already there, so a
+# repeat run costs seconds. Debian packages go through apt; the pinned torch wheel (our
+# LibTorch) and the Python reference packages go into a virtual environment OUTSIDE the
+# clone ($FRUGAL_VENV, default ~/.cache/frugal/venv) that every fresh clone reuses.
+set -euo pipefail
+
+TORCH_VERSION="2.11.0"          # matches the GPU machine; see docs/building.md
+PY_PACKAGES=("torch==${TORCH_VERSION}" "numpy")
+DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
+              libspdlog-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev)
+VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "install-deps: creating $VENV"
+  python3 -m venv "$VENV"
+fi
+# The stamp records what the venv was last made to satisfy; pip only runs when it changes.
+stamp="$VENV/.frugal-stamp"
+want="${PY_PACKAGES[*]}"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  echo "install-deps: pip install ${want}"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+  echo "$want" > "$stamp"
+fi
+echo "install-deps: ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'), venv $VENV)"

@@ -1,0 +1,277 @@
+#include "frugal/core/trainer.hpp"
+
+#include <c10/util/StringUtil.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "frugal/errors.hpp"
+#include "frugal/log.hpp"
+
+namespace frugal {
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  try {
+    torch::Device device(name);
+    if (device.is_cuda() && !torch::cuda::is_available()) {
+      throw OptionError("device", "device '" + name + "' was asked for but CUDA is not available here");
+    }
+    return device;
+  } catch (const c10::Error&) {
+    throw OptionError("device", "device must be auto, cpu, cuda or cuda:N, got '" + name + "'");
+  }
+}
+
+Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<const Dataset> train_data,
+                 TrainerOptions options, DataLoaderOptions data_options)
+    : model_(std::move(model)),
+      make_optimizer_(std::move(make_optimizer)),
+      options_(std::move(options)),
+      train_loader_(std::move(train_data), data_options),
+      device_(torch::kCPU) {
+  options_.validate();
+  if (!make_optimizer_) throw OptionError("make_optimizer", "Trainer: an optimizer factory is required");
+  device_ = resolve_device(options_.device());
+  // The optimizer is built after the move so its state lives with the parameters.
+  model_.module().to(device_);
+  optimizer_ = make_optimizer_(model_.module());
+  if (!optimizer_) throw OptionError("make_optimizer", "Trainer: the optimizer factory returned null");
+  for (auto& group : optimizer_->param_groups()) base_lrs_.push_back(group.options().get_lr());
+  state_.lr = base_lrs_.empty() ? 0.0 : base_lrs_.front();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::set_validation_data(std::shared_ptr<const Dataset> data) {
+  DataLoaderOptions opts = train_loader_.options();
+  opts.shuffle(false).drop_last(false).num_replicas(1).rank(0);
+  if (options_.validation_batch_size() > 0) opts.batch_size(options_.validation_batch_size());
+  validation_loader_ = std::make_unique<DataLoader>(std::move(data), opts);
+}
+
+void Trainer::set_lr_schedule(LrSchedule schedule) {
+  lr_schedule_ = std::move(schedule);
+  apply_lr_schedule();
+}
+
+void Trainer::add_policy(std::shared_ptr<Policy> policy) {
+  if (!policy) throw OptionError("policy", "Trainer::add_policy: policy is null");
+  for (const auto& p : policies_) {
+    if (p->name() == policy->name()) {
+      throw OptionError("policy", "Trainer::add_policy: a policy named '" + policy->name() + "' was already added");
+    }
+  }
+  policies_.push_back(std::move(policy));
+}
+
+FitResult Trainer::fit() {
+  const auto fit_start = std::chrono::steady_clock::now();
+  if (!options_.run_dir().empty()) {
+    const std::filesystem::path run_dir(options_.run_dir());
+    std::filesystem::create_directories(run_dir);
+    log::add_file_sink(run_dir / "train.log");
+    metrics_log_ = MetricsLog(run_dir / "metrics.jsonl");
+  }
+  for (auto& p : policies_) p->on_fit_begin(*this);
+  log::info(c10::str("fit: ", model_.module().name(), " on ", device_, ", ", train_loader_.batches_per_epoch(),
+                     " batches/epoch of ", train_loader_.options().batch_size(), ", up to ", options_.max_epochs(),
+                     " epochs", options_.max_steps() > 0 ? c10::str(" / ", options_.max_steps(), " steps") : ""));
+  const int64_t samples_at_start = state_.samples_seen;
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  window_start_ = std::chrono::steady_clock::now();
+
+  while (!stopping() && state_.epoch < options_.max_epochs()) {
+    train_epoch();
+    if (!train_loader_.has_next()) ++state_.epoch;  // a fit stopped mid-epoch stays in it
+  }
+  if (window_micro_steps_ > 0) log_training();
+
+  for (auto& p : policies_) p->on_fit_end(*this);
+  FitResult result;
+  result.state = state_;
+  result.train_loss = last_window_loss_;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start).count();
+  result.samples_per_second = static_cast<double>(state_.samples_seen - samples_at_start) / std::max(1e-9, result.seconds);
+  log::info(c10::str("fit done: ", state_.step, " steps (", state_.skipped_steps, " skipped), ", state_.epoch,
+                     " epochs, ", result.seconds, " s", state_.stop_reason ? ", stopped: " + *state_.stop_reason : ""));
+  log::remove_file_sink();
+  return result;
+}
+
+void Trainer::train_epoch() {
+  // A resumed run continues mid-epoch: only rewind when the loader is not already there.
+  const DataPosition pos = train_loader_.position();
+  if (pos.epoch != state_.epoch || !train_loader_.has_next()) train_loader_.start_epoch(state_.epoch);
+  for (auto& p : policies_) p->on_epoch_begin(state_);
+  model_.module().train();
+  while (!stopping() && train_loader_.has_next()) {
+    const bool last = train_loader_.next_is_last();
+    const Batch batch = train_loader_.next()->to(device_, /*non_blocking=*/true);
+    train_micro_step(batch, last);
+  }
+  // Validation first, so epoch-end hooks (a checkpoint keeping the best) see its metrics.
+  const bool epoch_done = !train_loader_.has_next();
+  if (epoch_done && options_.validate_every_epoch() && validation_loader_ && validated_at_step_ != state_.step) {
+    validate();
+  }
+  if (epoch_done) {
+    for (auto& p : policies_) p->on_epoch_end(state_);
+  }
+}
+
+void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
+  StepContext ctx(state_, batch, model_.module(), *optimizer_, last_in_epoch);
+
+  // 1. Step begin: policies may declare this micro-step a non-boundary (accumulation).
+  for (auto& p : policies_) p->on_step_begin(ctx);
+
+  // 2. Forward and loss, inside every policy's forward scope (autocast).
+  torch::Tensor loss;
+  {
+    std::vector<std::unique_ptr<ForwardGuard>> guards;
+    for (auto& p : policies_) {
+      if (auto guard = p->forward_guard(state_, Phase::train)) guards.push_back(std::move(guard));
+    }
+    loss = model_.loss(batch);
+  }
+  ctx.set_loss(loss.detach());
+
+  // 3. Loss transforms, in policy order (1/N for accumulation, then the loss scale).
+  for (auto& p : policies_) loss = p->transform_loss(ctx, std::move(loss));
+
+  // 4. Backward; gradients add up across the micro-steps of one boundary.
+  loss.backward();
+  for (auto& p : policies_) p->on_after_backward(ctx);
+
+  if (ctx.boundary()) {
+    // 5. Gradient reduction across replicas.
+    for (auto& p : policies_) p->reduce_gradients(ctx);
+    // 6-8. Unscale and overflow check, then clipping on true gradients, then a last veto.
+    for (auto& p : policies_) if (!ctx.step_cancelled()) p->unscale_gradients(ctx);
+    for (auto& p : policies_) if (!ctx.step_cancelled()) p->clip_gradients(ctx);
+    for (auto& p : policies_) if (!ctx.step_cancelled()) p->before_optimizer_step(ctx);
+    // 9. Optimizer step and LR schedule, unless cancelled.
+    ++state_.step;
+    if (ctx.step_cancelled()) {
+      ++state_.skipped_steps;
+      log::debug(c10::str("step ", state_.step, " skipped: ", *ctx.cancel_reason()));
+    } else {
+      optimizer_->step();
+      apply_lr_schedule();
+    }
+    for (auto& p : policies_) p->on_after_optimizer_step(ctx);
+    optimizer_->zero_grad(/*set_to_none=*/true);
+  }
+
+  // 10. Bookkeeping: counters, the loss window, logging, validation, stopping.
+  ++state_.micro_step;
+  state_.samples_seen += batch.size();
+  window_loss_sum_ = window_loss_sum_.defined() ? window_loss_sum_ + ctx.loss() : ctx.loss().clone();
+  ++window_micro_steps_;
+  window_samples_ += batch.size();
+  for (auto& p : policies_) p->on_step_end(ctx);
+  if (!ctx.boundary()) return;
+  if (state_.step % options_.log_every_n_steps() == 0) log_training();
+  if (options_.validate_every_n_steps() > 0 && validation_loader_ &&
+      state_.step % options_.validate_every_n_steps() == 0) {
+    validate();
+    model_.module().train();
+  }
+  if (options_.max_steps() > 0 && state_.step >= options_.max_steps() && !stopping()) {
+    state_.stop_reason = c10::str("reached max_steps=", options_.max_steps());
+  }
+  maybe_stop();
+}
+
+void Trainer::apply_lr_schedule() {
+  if (!lr_schedule_) return;
+  const double factor = lr_schedule_(state_.optimizer_steps());
+  auto& groups = optimizer_->param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(base_lrs_[i] * factor);
+  state_.lr = base_lrs_.empty() ? 0.0 : base_lrs_.front() * factor;
+}
+
+void Trainer::log_training() {
+  const double loss = window_loss_sum_.item<double>() / static_cast<double>(window_micro_steps_);
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - window_start_).count();
+  const double samples_per_s = static_cast<double>(window_samples_) / std::max(1e-9, seconds);
+  last_window_loss_ = loss;
+  metrics_log_.write("train", {{"step", static_cast<double>(state_.step)},
+                               {"epoch", static_cast<double>(state_.epoch)},
+                               {"loss", loss},
+                               {"lr", state_.lr},
+                               {"samples_per_s", samples_per_s},
+                               {"skipped_steps", static_cast<double>(state_.skipped_steps)}});
+  log::info(c10::str("step ", state_.step, " epoch ", state_.epoch, " loss ", loss, " lr ", state_.lr, " ",
+                     static_cast<int64_t>(samples_per_s), " samples/s"));
+  window_loss_sum_ = torch::Tensor();
+  window_micro_steps_ = 0;
+  window_samples_ = 0;
+  window_start_ = now;
+}
+
+Metrics Trainer::validate() {
+  if (!validation_loader_) throw TrainingError("Trainer::validate: no validation data was set");
+  torch::NoGradGuard no_grad;
+  model_.module().eval();
+  std::map<std::string, torch::Tensor> sums;
+  int64_t examples = 0;
+  validation_loader_->start_epoch(0);
+  while (auto batch = validation_loader_->next()) {
+    const Batch on_device = batch->to(device_, /*non_blocking=*/true);
+    BatchMetrics metrics;
+    {
+      std::vector<std::unique_ptr<ForwardGuard>> guards;
+      for (auto& p : policies_) {
+        if (auto guard = p->forward_guard(state_, Phase::validate)) guards.push_back(std::move(guard));
+      }
+      metrics = model_.metrics(on_device);
+    }
+    const auto n = static_cast<double>(on_device.size());
+    for (auto& [name, value] : metrics) {
+      torch::Tensor weighted = value.detach().to(torch::kDouble).mean() * n;
+      auto it = sums.find(name);
+      if (it == sums.end()) {
+        sums.emplace(name, weighted);
+      } else {
+        it->second += weighted;
+      }
+    }
+    examples += on_device.size();
+  }
+  validated_at_step_ = state_.step;
+  Metrics result;
+  for (auto& [name, sum] : sums) result[name] = sum.item<double>() / static_cast<double>(std::max<int64_t>(1, examples));
+  state_.last_validation = result;
+
+  std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
+                                                     {"epoch", static_cast<double>(state_.epoch)}};
+  std::string text;
+  for (const auto& [name, value] : result) {
+    fields.emplace_back(name, value);
+    text += c10::str(" ", name, " ", value);
+  }
+  metrics_log_.write("validation", fields);
+  log::info(c10::str("validation at step ", state_.step, ":", text));
+  for (auto& p : policies_) p->on_validation_end(state_, result);
+  maybe_stop();
+  return result;
+}
+
+void Trainer::maybe_stop() {
+  if (stopping()) return;
+  for (auto& p : policies_) {
+    if (auto reason = p->should_stop(state_)) {
+      state_.stop_reason = p->name() + ": " + *reason;
+      log::info("stopping: " + *state_.stop_reason);
+      return;
+    }
+  }
+}
+
+}  // namespace frugal

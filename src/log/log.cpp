@@ -1,0 +1,85 @@
+// spdlog behind frugal::log. This file is compiled without LibTorch's include path (see
+// src/CMakeLists.txt) so that spdlog finds Debian's fmt, not the one LibTorch bundles.
+#include "frugal/log.hpp"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
+#include "frugal/errors.hpp"
+
+namespace frugal::log {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  std::shared_ptr<spdlog::logger> logger;
+  std::shared_ptr<spdlog::sinks::sink> file_sink;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+spdlog::logger& logger() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.logger) {
+    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    s.logger = std::make_shared<spdlog::logger>("frugal", console);
+    s.logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+    s.logger->set_level(spdlog::level::info);
+    s.logger->flush_on(spdlog::level::warn);
+  }
+  return *s.logger;
+}
+
+}  // namespace
+
+Level parse_level(std::string_view name) {
+  if (name == "trace") return Level::trace;
+  if (name == "debug") return Level::debug;
+  if (name == "info") return Level::info;
+  if (name == "warn") return Level::warn;
+  if (name == "error") return Level::error;
+  if (name == "off") return Level::off;
+  throw OptionError("level", "log level must be one of trace, debug, info, warn, error, off; got '" +
+                                 std::string(name) + "'");
+}
+
+void set_level(Level level) {
+  static constexpr spdlog::level::level_enum kLevels[] = {
+      spdlog::level::trace, spdlog::level::debug, spdlog::level::info,
+      spdlog::level::warn,  spdlog::level::err,   spdlog::level::off};
+  logger().set_level(kLevels[static_cast<int>(level)]);
+}
+
+void add_file_sink(const std::filesystem::path& path) {
+  spdlog::logger& l = logger();
+  remove_file_sink();
+  auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path.string(), /*truncate=*/false);
+  sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  std::lock_guard lock(state().mutex);
+  state().file_sink = sink;
+  l.sinks().push_back(sink);
+}
+
+void remove_file_sink() {
+  spdlog::logger& l = logger();
+  std::lock_guard lock(state().mutex);
+  auto& sinks = l.sinks();
+  if (state().file_sink) {
+    std::erase(sinks, state().file_sink);
+    state().file_sink.reset();
+  }
+}
+
+void debug(std::string_view message) { logger().debug("{}", message); }
+void info(std::string_view message) { logger().info("{}", message); }
+void warn(std::string_view message) { logger().warn("{}", message); }
+void error(std::string_view message) { logger().error("{}", message); }
+
+}  // namespace frugal::log

@@ -1,0 +1,126 @@
+// Configuration: precedence of the four layers, errors naming key, value and source, the
+// resolved file, and the command-line front end.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "frugal/config/standard_options.hpp"
+#include "support/fixtures.hpp"
+
+using namespace frugal;
+using namespace frugal::testing;
+
+namespace {
+
+std::filesystem::path write_file(const std::string& name, const std::string& text) {
+  auto path = scratch_dir("config") / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+struct Loaded {
+  StandardOptions options;
+  Config config;
+  CommandLine cli;
+  Loaded(std::vector<std::string> args, std::vector<std::string> env) {
+    bind(config, options);
+    args.insert(args.begin(), "prog");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    cli = load_config(static_cast<int>(argv.size()), argv.data(), config, "test", env);
+  }
+};
+
+std::string error_of(std::vector<std::string> args, std::vector<std::string> env) {
+  try {
+    Loaded loaded(std::move(args), std::move(env));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("built-in < environment < file < command line", "[core][config]") {
+  auto file = write_file("p.toml", "[trainer]\nmax_epochs = 4\nmax_steps = 40\n[data]\nbatch_size = 16\n");
+  Loaded l({"--config", file.string(), "--trainer.max_steps=400", "--data.shuffle", "false"},
+           {"FRUGAL_TRAINER_MAX_EPOCHS=2", "FRUGAL_TRAINER_LOG_EVERY_N_STEPS=7", "FRUGAL_DATA_BATCH_SIZE=8"});
+  const TrainerOptions& t = l.options.trainer;
+  CHECK(t.validate_every_epoch() == true);   // built-in
+  CHECK(t.log_every_n_steps() == 7);         // env
+  CHECK(t.max_epochs() == 4);                // file beats env
+  CHECK(l.options.data.batch_size() == 16);  // file beats env
+  CHECK(t.max_steps() == 400);               // command line beats file
+  CHECK(l.options.data.shuffle() == false);
+  CHECK(l.config.source_of("trainer.validate_every_epoch") == "default");
+  CHECK(l.config.source_of("trainer.log_every_n_steps") == "environment variable FRUGAL_TRAINER_LOG_EVERY_N_STEPS");
+  CHECK_THAT(l.config.source_of("trainer.max_epochs"), Catch::Contains("p.toml:2:14"));
+  CHECK(l.config.source_of("trainer.max_steps") == "command line --trainer.max_steps");
+  CHECK(l.cli.config_file == file);
+}
+
+TEST_CASE("unknown keys are errors naming the key and the source", "[core][config]") {
+  auto file = write_file("unknown.toml", "[trainer]\nmax_epoch = 3\n");
+  CHECK_THAT(error_of({"--config", file.string()}, {}),
+             Catch::Contains("unknown config key 'trainer.max_epoch'") && Catch::Contains("unknown.toml:2:1") &&
+                 Catch::Contains("trainer.max_epochs"));
+  auto section = write_file("section.toml", "[trainr]\nmax_epochs = 3\n");
+  CHECK_THAT(error_of({"--config", section.string()}, {}), Catch::Contains("'trainr.max_epochs'") && Catch::Contains("no such section"));
+  CHECK_THAT(error_of({"--trainer.max_epoch=3"}, {}), Catch::Contains("command line") && Catch::Contains("--trainer.max_epoch"));
+  CHECK_THAT(error_of({}, {"FRUGAL_TRAINER_MAX_EPOCH=3"}),
+             Catch::Contains("FRUGAL_TRAINER_MAX_EPOCH=3") && Catch::Contains("unknown config key"));
+  // FRUGAL_* variables outside our sections belong to tooling (the install script's venv).
+  CHECK(error_of({}, {"FRUGAL_VENV=/opt/venv", "PATH=/bin"}) == "(no error)");
+}
+
+TEST_CASE("malformed values are errors naming the key, the value and the source", "[core][config]") {
+  CHECK_THAT(error_of({}, {"FRUGAL_DATA_BATCH_SIZE=ten"}),
+             Catch::Contains("'data.batch_size'") && Catch::Contains("FRUGAL_DATA_BATCH_SIZE") &&
+                 Catch::Contains("expects an integer, got 'ten'"));
+  auto typed = write_file("typed.toml", "[data]\nbatch_size = \"32\"\n");
+  CHECK_THAT(error_of({"--config", typed.string()}, {}),
+             Catch::Contains("'data.batch_size'") && Catch::Contains("typed.toml:2:14") && Catch::Contains("\"32\""));
+  CHECK_THAT(error_of({"--smoke_test.mode=sometimes"}, {}),
+             Catch::Contains("'smoke_test.mode'") && Catch::Contains("off, auto, fail, warn") && Catch::Contains("'sometimes'"));
+  CHECK_THAT(error_of({"--data.shuffle=maybe"}, {}), Catch::Contains("expects true or false, got 'maybe'"));
+  // Values that parse but break an option struct's rules: named with their source.
+  auto zero = write_file("zero.toml", "[trainer]\nmax_epochs = 0\n");
+  CHECK_THAT(error_of({"--config", zero.string()}, {}),
+             Catch::Contains("'trainer.max_epochs' = 0") && Catch::Contains("zero.toml:2:14") &&
+                 Catch::Contains("max_epochs must be >= 1, got 0"));
+  CHECK_THAT(error_of({"--data.batch_size=-3"}, {}),
+             Catch::Contains("command line --data.batch_size") && Catch::Contains("batch_size must be >= 1, got -3"));
+}
+
+TEST_CASE("TOML syntax errors and missing files name the file and position", "[core][config]") {
+  auto broken = write_file("broken.toml", "[trainer]\nmax_epochs = = 3\n");
+  CHECK_THAT(error_of({"--config", broken.string()}, {}), Catch::Contains("broken.toml:2:"));
+  CHECK_THAT(error_of({"--config", "/nonexistent/x.toml"}, {}), Catch::Contains("/nonexistent/x.toml"));
+  auto flat = write_file("flat.toml", "max_epochs = 3\n");
+  CHECK_THAT(error_of({"--config", flat.string()}, {}), Catch::Contains("must be a [section] table"));
+}
+
+TEST_CASE("the resolved config lists every key with its source and loads back to the same values", "[core][config]") {
+  Loaded l({"--trainer.max_epochs=9", "--trainer.run_dir=runs/a \"quoted\""}, {"FRUGAL_SMOKE_TEST_MODE=warn"});
+  auto path = scratch_dir("resolved") / "config.toml";
+  l.config.write_resolved(path);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains("max_epochs = 9  # command line --trainer.max_epochs"));
+  CHECK_THAT(text, Catch::Contains("mode = \"warn\"  # environment variable FRUGAL_SMOKE_TEST_MODE"));
+  Loaded again({"--config", path.string()}, {});
+  CHECK(again.options.trainer.max_epochs() == 9);
+  CHECK(again.options.trainer.run_dir() == "runs/a \"quoted\"");
+  CHECK(again.options.smoke_test.mode() == SmokeTestMode::warn);
+}
+
+TEST_CASE("--help lists every key with its default; --smoke-test is recognised", "[core][config]") {
+  Loaded help({"--help"}, {});
+  REQUIRE(help.cli.exit_code == std::optional<int>(0));
+  CHECK_THAT(help.cli.message, Catch::Contains("--trainer.max_epochs") && Catch::Contains("FRUGAL_TRAINER_MAX_EPOCHS") &&
+                                   Catch::Contains("--smoke_test.mode"));
+  Loaded smoke({"--smoke-test"}, {});
+  CHECK(smoke.cli.smoke_test_only);
+  CHECK_FALSE(smoke.cli.exit_code.has_value());
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The minimal example end to end: a short run writes its run directory and reaches a useful
+# accuracy; --smoke-test runs alone; bad input exits 2 naming the key.
+set -euo pipefail
+exe="$1"; source_dir="$2"; work="$3"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$exe" --config "$source_dir/examples/minimal/config.toml" --trainer.max_epochs=3 --trainer.run_dir=run \
+      --trainer.device=cpu 2>&1) || fail "training run exited $?: $out"
+echo "$out" | tail -n 3
+for f in run/config.toml run/metrics.jsonl run/train.log; do [ -s "$f" ] || fail "$f missing"; done
+grep -q 'max_epochs = 3  # command line --trainer.max_epochs' run/config.toml || fail "config.toml lacks the override"
+grep -q '"event":"validation"' run/metrics.jsonl || fail "no validation line in metrics.jsonl"
+grep -q 'smoke test passed' run/train.log || fail "the smoke test did not run before training"
+acc=$(echo "$out" | sed -n 's/.*validation accuracy \([0-9.]*\).*/\1/p')
+awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }' || fail "validation accuracy $acc <= 0.9"
+
+"$exe" --smoke-test --trainer.run_dir= | grep -q 'smoke test passed' || fail "--smoke-test"
+
+set +e
+err=$(FRUGAL_DATA_BATCH_SIZE=many "$exe" --trainer.run_dir= 2>&1); rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "bad env value exited $rc, want 2"
+echo "$err" | grep -q "FRUGAL_DATA_BATCH_SIZE" || fail "error does not name the variable: $err"
+echo "PASS"
