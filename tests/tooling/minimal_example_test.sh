@@ -16,10 +16,10 @@ grep -q 'smoke test passed' run/train.log || fail "the smoke test did not run be
 acc=$(echo "$out" | sed -n 's/.*validation accuracy \([0-9.]*\).*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }' || fail "validation accuracy $acc <= 0.9"
 
-"$exe" --smoke-test --trainer.run_dir= | grep -q 'smoke test passed' || fail "--smoke-test"
+"$exe" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
 
 set +e
-err=$(FRUGAL_DATA_BATCH_SIZE=many "$exe" --trainer.run_dir= 2>&1); rc=$?
+err=$(FRUGAL_DATA_BATCH_SIZE=many "$exe" --trainer.run_dir=bad 2>&1); rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "bad env value exited $rc, want 2"
 echo "$err" | grep -q "FRUGAL_DATA_BATCH_SIZE" || fail "error does not name the variable: $err"
