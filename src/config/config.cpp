@@ -142,6 +142,11 @@ void Config::bind(const std::string& key, std::string& field, std::string help, 
   e.current_toml = [&field] { return toml_string(field); };
 }
 
+void Config::add_environment_alias(const std::string& variable, const std::string& key) {
+  if (!has(key)) throw ConfigError("environment alias " + variable + " names unknown key '" + key + "'");
+  aliases_[variable] = key;
+}
+
 void Config::add_check(const std::string& section, std::function<void()> validate) {
   checks_.emplace_back(section, std::move(validate));
 }
@@ -189,11 +194,23 @@ void Config::apply_environment(const std::vector<std::string>& environment) {
     key_of_variable[environment_name(e.key)] = e.key;
     section_prefixes.insert(environment_name(section_of(e.key) + "."));  // FRUGAL_TRAINER_
   }
+  // Aliases first, so the long name wins when both are set.
+  std::vector<std::pair<std::string, std::string>> ordered;
   for (const auto& assignment : environment) {
     const auto eq = assignment.find('=');
     if (eq == std::string::npos || assignment.rfind("FRUGAL_", 0) != 0) continue;
-    const std::string name = assignment.substr(0, eq);
-    const std::string value = assignment.substr(eq + 1);
+    std::pair<std::string, std::string> item{assignment.substr(0, eq), assignment.substr(eq + 1)};
+    if (aliases_.count(item.first)) {
+      ordered.insert(ordered.begin(), item);
+    } else {
+      ordered.push_back(item);
+    }
+  }
+  for (const auto& [name, value] : ordered) {
+    if (auto alias = aliases_.find(name); alias != aliases_.end()) {
+      apply_text(alias->second, value, "environment variable " + name);
+      continue;
+    }
     auto it = key_of_variable.find(name);
     if (it != key_of_variable.end()) {
       apply_text(it->second, value, "environment variable " + name);

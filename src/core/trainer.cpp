@@ -201,14 +201,22 @@ void Trainer::log_training() {
   const double seconds = std::chrono::duration<double>(now - window_start_).count();
   const double samples_per_s = static_cast<double>(window_samples_) / std::max(1e-9, seconds);
   last_window_loss_ = loss;
-  metrics_log_.write("train", {{"step", static_cast<double>(state_.step)},
-                               {"epoch", static_cast<double>(state_.epoch)},
-                               {"loss", loss},
-                               {"lr", state_.lr},
-                               {"samples_per_s", samples_per_s},
-                               {"skipped_steps", static_cast<double>(state_.skipped_steps)}});
+  std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
+                                                     {"epoch", static_cast<double>(state_.epoch)},
+                                                     {"loss", loss},
+                                                     {"lr", state_.lr},
+                                                     {"samples_per_s", samples_per_s},
+                                                     {"skipped_steps", static_cast<double>(state_.skipped_steps)}};
+  Metrics extra;
+  for (auto& p : policies_) p->collect_metrics(extra);
+  std::string extra_text;
+  for (const auto& [name, value] : extra) {
+    fields.emplace_back(name, value);
+    extra_text += c10::str(" ", name, " ", value);
+  }
+  metrics_log_.write("train", fields);
   log::info(c10::str("step ", state_.step, " epoch ", state_.epoch, " loss ", loss, " lr ", state_.lr, " ",
-                     static_cast<int64_t>(samples_per_s), " samples/s"));
+                     static_cast<int64_t>(samples_per_s), " samples/s", extra_text));
   window_loss_sum_ = torch::Tensor();
   window_micro_steps_ = 0;
   window_samples_ = 0;

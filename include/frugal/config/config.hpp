@@ -41,6 +41,10 @@ class Config {
   /// for field F becomes a ConfigError for key "section.F" with its value and source.
   void add_check(const std::string& section, std::function<void()> validate);
 
+  /// A short, cluster-wide name for a key's environment variable (FRUGAL_PRECISION for
+  /// precision.mode). The long name FRUGAL_PRECISION_MODE still works and wins if both are set.
+  void add_environment_alias(const std::string& variable, const std::string& key);
+
   /// Layer 2: every FRUGAL_<SECTION>_<NAME> variable in `environment` ("NAME=value" strings).
   /// A variable naming a known section but no known key is an error (a typo would otherwise
   /// be silently ignored); other FRUGAL_* variables belong to tooling and are left alone.
@@ -78,6 +82,7 @@ class Config {
   std::vector<Entry> entries_;
   std::map<std::string, size_t> index_;
   std::vector<std::pair<std::string, std::function<void()>>> checks_;
+  std::map<std::string, std::string> aliases_;  // environment variable -> key
 };
 
 /// What the command line asked for besides config values.

@@ -13,6 +13,9 @@
 #include "frugal/core/trainer_options.hpp"
 #include "frugal/data/data_loader.hpp"
 #include "frugal/log.hpp"
+#include "frugal/policies/gradient_accumulation.hpp"
+#include "frugal/policies/gradient_clipping.hpp"
+#include "frugal/policies/mixed_precision.hpp"
 #include "frugal/policies/smoke_test.hpp"
 
 namespace frugal {
@@ -23,13 +26,18 @@ struct StandardOptions {
   TrainerOptions trainer;      // [trainer]
   DataLoaderOptions data;      // [data]
   SmokeTestOptions smoke_test; // [smoke_test]
+  MixedPrecisionOptions precision;            // [precision]
+  GradientAccumulationOptions accumulation;   // [accumulation]
+  GradientClippingOptions clipping;           // [clipping]
   log::Level log_level = log::Level::info;  // [log] level
 };
 
 /// Binds every field of `options` to its "section.name" key, with validation checks.
 void bind(Config& config, StandardOptions& options);
 
-/// Adds the policies `options` switch on, in their documented order.
+/// Adds the policies `options` switch on, in this order: smoke test, gradient accumulation,
+/// mixed precision, clipping (so the loss is divided by N before it is scaled; the gradient
+/// hooks run in the Trainer's fixed order whatever the policy order).
 void add_policies(Trainer& trainer, const StandardOptions& options);
 
 }  // namespace frugal

@@ -90,6 +90,10 @@ class Policy {
   /// Asked after every optimizer step and every validation; a reason ends the fit.
   virtual std::optional<std::string> should_stop(const TrainerState& /*state*/) { return std::nullopt; }
 
+  /// At each training log line: figures to record with it (loss scale, gradient norm...).
+  /// Called only every log_every_n_steps, so it may read values back from the device.
+  virtual void collect_metrics(Metrics& /*metrics*/) {}
+
   // -- State that must survive a resume --------------------------------------------------
   virtual void save_state(StateDict& /*state*/) const {}
   virtual void load_state(const StateDict& /*state*/) {}

@@ -1,0 +1,70 @@
+#include "frugal/policies/gradient_accumulation.hpp"
+
+#include <c10/util/StringUtil.h>
+#include <torch/torch.h>
+
+#include "frugal/core/trainer.hpp"
+#include "frugal/log.hpp"
+
+namespace frugal {
+
+void GradientAccumulationOptions::validate() const {
+  if (steps() < 1) throw OptionError("steps", c10::str("steps must be >= 1, got ", steps()));
+  if (effective_batch_size() < 0) {
+    throw OptionError("effective_batch_size",
+                      c10::str("effective_batch_size must be >= 0 (0 = off), got ", effective_batch_size()));
+  }
+}
+
+int64_t accumulation_steps_for(int64_t effective_batch, int64_t micro_batch, int64_t replicas) {
+  const int64_t per_step = micro_batch * replicas;
+  if (effective_batch % per_step != 0 || effective_batch < per_step) {
+    throw OptionError("effective_batch_size",
+                      c10::str("effective_batch_size ", effective_batch, " is not a multiple of micro-batch ", micro_batch,
+                               " x ", replicas, " replica(s) = ", per_step));
+  }
+  return effective_batch / per_step;
+}
+
+GradientAccumulationPolicy::GradientAccumulationPolicy(GradientAccumulationOptions options)
+    : options_(std::move(options)), steps_(options_.steps()) {
+  options_.validate();
+}
+
+void GradientAccumulationPolicy::on_fit_begin(const Trainer& trainer) {
+  if (options_.effective_batch_size() > 0) {
+    const auto& data = trainer.data_options();
+    steps_ = accumulation_steps_for(options_.effective_batch_size(), data.batch_size(), data.num_replicas());
+  }
+  if (steps_ > 1) {
+    log::info(c10::str("gradient accumulation: ", steps_, " micro-batches of ", trainer.data_options().batch_size(),
+                       " per optimizer step"));
+  }
+}
+
+void GradientAccumulationPolicy::on_epoch_begin(const TrainerState&) {
+  // Windows never span epochs (checkpoints are taken at boundaries, where the window is empty).
+  in_window_ = 0;
+}
+
+void GradientAccumulationPolicy::on_step_begin(StepContext& ctx) {
+  ++in_window_;
+  const bool boundary = in_window_ == steps_ || ctx.last_in_epoch();
+  ctx.set_boundary(boundary);
+  if (boundary) in_window_ = 0;
+}
+
+torch::Tensor GradientAccumulationPolicy::transform_loss(StepContext&, torch::Tensor loss) {
+  return steps_ == 1 ? loss : loss / static_cast<double>(steps_);
+}
+
+void GradientAccumulationPolicy::save_state(StateDict& state) const {
+  state["in_window"] = torch::tensor(in_window_);
+  state["steps"] = torch::tensor(steps_);
+}
+
+void GradientAccumulationPolicy::load_state(const StateDict& state) {
+  if (auto it = state.find("in_window"); it != state.end()) in_window_ = it->second.item<int64_t>();
+}
+
+}  // namespace frugal

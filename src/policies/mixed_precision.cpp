@@ -1,0 +1,121 @@
+#include "frugal/policies/mixed_precision.hpp"
+
+#include <c10/util/StringUtil.h>
+#include <torch/torch.h>
+
+#include "frugal/core/trainer.hpp"
+#include "frugal/log.hpp"
+#include "frugal/precision/autocast_guard.hpp"
+#include "precision/bf16_support.hpp"
+
+namespace frugal {
+
+std::string to_string(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return "fp32";
+    case Precision::fp16: return "fp16";
+    case Precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+void MixedPrecisionOptions::validate() const {
+  scaler().validate();
+  if (!(min_scale() > 0)) throw OptionError("min_scale", c10::str("min_scale must be > 0, got ", min_scale()));
+  if (min_scale() > scaler().init_scale()) {
+    throw OptionError("min_scale", c10::str("min_scale (", min_scale(), ") must not exceed init_scale (",
+                                            scaler().init_scale(), ")"));
+  }
+}
+
+namespace {
+struct AutocastScope : ForwardGuard {
+  AutocastScope(c10::DeviceType device, c10::ScalarType dtype) : guard(device, dtype) {}
+  AutocastGuard guard;
+};
+}  // namespace
+
+MixedPrecisionPolicy::MixedPrecisionPolicy(MixedPrecisionOptions options)
+    : options_(std::move(options)), precision_(options_.mode()), scaler_(options_.scaler()) {
+  options_.validate();
+}
+
+void MixedPrecisionPolicy::on_fit_begin(const Trainer& trainer) {
+  device_type_ = trainer.device().type();
+  bf16_supported_ = detail::bf16_supported(trainer.device());
+  if (precision_ == Precision::bf16 && !bf16_supported_) {
+    throw OptionError("mode", c10::str("precision bf16 is not supported on ", trainer.device(),
+                                       " (needs compute capability 8.0+); use fp16 or fp32"));
+  }
+  if (precision_ != Precision::fp32) {
+    log::info(c10::str("mixed precision: ", to_string(precision_), options_.autocast() ? " autocast" : " (no autocast)",
+                       precision_ == Precision::fp16 ? c10::str(", loss scale from ", scaler_.scale_value()) : ""));
+  }
+}
+
+std::unique_ptr<ForwardGuard> MixedPrecisionPolicy::forward_guard(const TrainerState&, Phase) {
+  if (precision_ == Precision::fp32 || !options_.autocast()) return nullptr;
+  return std::make_unique<AutocastScope>(device_type_, precision_ == Precision::fp16 ? torch::kHalf : torch::kBFloat16);
+}
+
+torch::Tensor MixedPrecisionPolicy::transform_loss(StepContext&, torch::Tensor loss) {
+  if (precision_ != Precision::fp16) return loss;
+  // The loss is scaled in fp32 (autocast returns fp32 losses for fp32 reductions; force it).
+  return scaler_.scale(loss.to(torch::kFloat));
+}
+
+void MixedPrecisionPolicy::unscale_gradients(StepContext& ctx) {
+  found_inf_ = torch::Tensor();
+  if (precision_ != Precision::fp16) return;
+  std::vector<torch::Tensor> params;
+  for (const auto& group : ctx.optimizer().param_groups()) {
+    for (const auto& p : group.params()) params.push_back(p);
+  }
+  found_inf_ = scaler_.unscale(params);
+  // The one host sync of an fp16 step: the step must be taken or skipped on the host.
+  if (found_inf_.item<float>() != 0.0f) {
+    ++overflow_steps_;
+    ctx.cancel_step(c10::str("inf/nan gradients at loss scale ", scaler_.scale_value()));
+  }
+}
+
+void MixedPrecisionPolicy::on_after_optimizer_step(StepContext& ctx) {
+  if (precision_ != Precision::fp16 || !found_inf_.defined()) return;
+  scaler_.update(found_inf_);
+  if (!ctx.step_cancelled()) return;  // the scale only falls after an overflow: check only then
+  const double scale = scaler_.scale_value();
+  if (scale >= options_.min_scale()) return;
+  if (options_.on_min_scale() == ScaleFloorAction::error) {
+    throw TrainingError(c10::str("fp16 loss scale fell to ", scale, " (below precision.min_scale=", options_.min_scale(),
+                                 ") after ", overflow_steps_, " overflow steps: gradients overflow fp16 even "
+                                 "unscaled. Use bf16, or precision.on_min_scale=fallback"));
+  }
+  fall_back(scale);
+}
+
+void MixedPrecisionPolicy::fall_back(double scale) {
+  precision_ = bf16_supported_ ? Precision::bf16 : Precision::fp32;
+  log::warn(c10::str("fp16 loss scale fell to ", scale, " (below precision.min_scale=", options_.min_scale(),
+                     "): falling back to ", to_string(precision_), " for the rest of the run"));
+}
+
+void MixedPrecisionPolicy::collect_metrics(Metrics& metrics) {
+  if (options_.mode() == Precision::fp32) return;
+  if (precision_ == Precision::fp16) metrics["loss_scale"] = scaler_.scale_value();
+  metrics["overflow_steps"] = static_cast<double>(overflow_steps_);
+  metrics["precision_fallback"] = precision_ != options_.mode() ? 1.0 : 0.0;
+}
+
+void MixedPrecisionPolicy::save_state(StateDict& state) const {
+  scaler_.save_state(state, "scaler.");
+  state["precision"] = torch::tensor(static_cast<int64_t>(precision_));
+  state["overflow_steps"] = torch::tensor(overflow_steps_);
+}
+
+void MixedPrecisionPolicy::load_state(const StateDict& state) {
+  scaler_.load_state(state, "scaler.");
+  if (auto it = state.find("precision"); it != state.end()) precision_ = static_cast<Precision>(it->second.item<int64_t>());
+  if (auto it = state.find("overflow_steps"); it != state.end()) overflow_steps_ = it->second.item<int64_t>();
+}
+
+}  // namespace frugal
