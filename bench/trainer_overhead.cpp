@@ -6,16 +6,14 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <chrono>
 #include <iostream>
 
 #include "bench_result.hpp"
+#include "interleaved.hpp"
 #include "frugal/frugal.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr int64_t kExamples = 4096, kBatch = 64, kFeatures = 256, kHidden = 512, kClasses = 10;
 
 torch::nn::Sequential make_model() {
@@ -33,7 +31,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& m) {
 double hand_loop(const torch::Tensor& x, const torch::Tensor& y) {
   auto model = make_model();
   auto optimizer = make_optimizer(*model);
-  const auto start = Clock::now();
+  const double start = frugal::bench::thread_cpu_seconds();
   int64_t steps = 0;
   for (int64_t begin = 0; begin < kExamples; begin += kBatch, ++steps) {
     auto index = torch::arange(begin, begin + kBatch, torch::kLong);
@@ -43,7 +41,7 @@ double hand_loop(const torch::Tensor& x, const torch::Tensor& y) {
     loss.backward();
     optimizer->step();
   }
-  return std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(steps);
+  return (frugal::bench::thread_cpu_seconds() - start) / static_cast<double>(steps);
 }
 
 double trainer_loop(const std::shared_ptr<frugal::TensorDataset>& data) {
@@ -55,14 +53,9 @@ double trainer_loop(const std::shared_ptr<frugal::TensorDataset>& data) {
   frugal::Trainer trainer(wrapped, make_optimizer, data,
                           frugal::TrainerOptions().device("cpu").run_dir("").log_every_n_steps(1000000),
                           frugal::DataLoaderOptions().batch_size(kBatch).shuffle(false));
-  const auto start = Clock::now();
+  const double start = frugal::bench::thread_cpu_seconds();
   auto result = trainer.fit();
-  return std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(result.state.step);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return (frugal::bench::thread_cpu_seconds() - start) / static_cast<double>(result.state.step);
 }
 
 }  // namespace
@@ -71,32 +64,16 @@ int main(int argc, char** argv) {
   const std::string out = argc > 1 ? argv[1] : "build/bench/results.jsonl";
   const int rounds = argc > 2 ? std::stoi(argv[2]) : 15;
   frugal::log::set_level(frugal::log::Level::warn);
+  torch::set_num_threads(1);  // one thread: less scheduling noise between the interleaved runs
   torch::manual_seed(1);
   auto x = torch::randn({kExamples, kFeatures});
   auto y = torch::randint(0, kClasses, {kExamples});
   auto data = std::make_shared<frugal::TensorDataset>(x, y);
-  hand_loop(x, y);  // warm-up: allocator, thread pool
-  trainer_loop(data);
-
-  std::vector<double> hand, trainer, ratios;
-  for (int r = 0; r < rounds; ++r) {
-    // Alternate which goes first so neither always runs on a warmer machine.
-    double h, t;
-    if (r % 2 == 0) {
-      h = hand_loop(x, y);
-      t = trainer_loop(data);
-    } else {
-      t = trainer_loop(data);
-      h = hand_loop(x, y);
-    }
-    hand.push_back(h);
-    trainer.push_back(t);
-    ratios.push_back(t / h);
-  }
-  frugal::bench::Result result{"trainer_overhead_step_time", median(trainer) * 1e3, "ms/step", median(hand) * 1e3,
-                               "bench/run (build/bench/frugal_bench_overhead)"};
-  frugal::bench::append(out, result);
-  std::cout << "median of per-round ratios " << median(ratios) << " over " << rounds << " rounds of "
+  const auto c = frugal::bench::compare_interleaved(
+      rounds, [&] { return hand_loop(x, y); }, [&] { return trainer_loop(data); });
+  frugal::bench::append(out, {"trainer_overhead_step_time", c.candidate * 1e3, "ms/step", c.baseline * 1e3,
+                              "bench/run (build/bench/frugal_bench_overhead)"});
+  std::cout << "median of per-round ratios " << c.ratio << " over " << rounds << " rounds of "
             << kExamples / kBatch << " steps\n";
   return 0;
 }

@@ -124,3 +124,33 @@ TEST_CASE("--help lists every key with its default; --smoke-test is recognised",
   CHECK(smoke.cli.smoke_test_only);
   CHECK_FALSE(smoke.cli.exit_code.has_value());
 }
+
+TEST_CASE("cluster-wide short environment names set the policy switches; the long names win", "[core][config]") {
+  Loaded l({}, {"FRUGAL_PRECISION=bf16", "FRUGAL_ACCUMULATE_STEPS=4", "FRUGAL_CLIP_NORM=0.5"});
+  CHECK(l.options.precision.mode() == Precision::bf16);
+  CHECK(l.options.accumulation.steps() == 4);
+  CHECK(l.options.clipping.max_norm() == 0.5);
+  CHECK(l.config.source_of("precision.mode") == "environment variable FRUGAL_PRECISION");
+  Loaded both({}, {"FRUGAL_PRECISION_MODE=fp16", "FRUGAL_PRECISION=bf16"});
+  CHECK(both.options.precision.mode() == Precision::fp16);
+  auto file = write_file("amp.toml", "[precision]\nmode = \"fp16\"\n[accumulation]\nsteps = 2\n");
+  Loaded over({"--config", file.string(), "--accumulation.steps=8"}, {"FRUGAL_PRECISION=bf16"});
+  CHECK(over.options.precision.mode() == Precision::fp16);
+  CHECK(over.options.accumulation.steps() == 8);
+  CHECK_THAT(error_of({}, {"FRUGAL_ACCUMULATE_STEPS=0"}),
+             Catch::Contains("FRUGAL_ACCUMULATE_STEPS") && Catch::Contains("steps must be >= 1, got 0"));
+  CHECK_THAT(error_of({"--precision.mode=fp8"}, {}), Catch::Contains("fp32, fp16, bf16") && Catch::Contains("'fp8'"));
+}
+
+TEST_CASE("add_policies switches on exactly the policies the options ask for", "[core][config]") {
+  Loaded l({"--precision.mode=fp16", "--accumulation.steps=2", "--clipping.mode=norm", "--smoke_test.mode=off"}, {});
+  Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(8), l.options.trainer.device("cpu").run_dir(""));
+  add_policies(trainer, l.options);
+  std::vector<std::string> names;
+  for (const auto& p : trainer.policies()) names.push_back(p->name());
+  CHECK(names == std::vector<std::string>{"gradient_accumulation", "mixed_precision", "gradient_clipping"});
+  Loaded none({"--smoke_test.mode=off"}, {});
+  Trainer plain(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(8), none.options.trainer.device("cpu").run_dir(""));
+  add_policies(plain, none.options);
+  CHECK(plain.policies().empty());
+}

@@ -16,6 +16,14 @@ grep -q 'smoke test passed' run/train.log || fail "the smoke test did not run be
 acc=$(echo "$out" | sed -n 's/.*validation accuracy \([0-9.]*\).*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 0.9) }' || fail "validation accuracy $acc <= 0.9"
 
+# Every efficiency switch from the command line and the environment at once.
+amp=$(FRUGAL_PRECISION=bf16 "$exe" --config "$source_dir/examples/minimal/config.toml" --trainer.max_epochs=1 \
+      --model.train_examples=4096 --accumulation.steps=2 --clipping.mode=norm --trainer.run_dir=amp \
+      --trainer.device=cpu --trainer.log_every_n_steps=8 2>&1) || fail "amp run exited $?: $amp"
+grep -q 'mode = "bf16"  # environment variable FRUGAL_PRECISION' amp/config.toml || fail "FRUGAL_PRECISION not applied"
+grep -q '"grad_norm"' amp/metrics.jsonl || fail "no grad_norm in metrics.jsonl"
+echo "$amp" | grep -q "16 steps" || fail "accumulation 2 over 32 batches should make 16 steps: $amp"
+
 "$exe" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
 
 set +e
