@@ -108,7 +108,7 @@ int run(int argc, char** argv) {
     std::cout << report.to_string() << "\n";
     return report.passed ? 0 : 1;
   }
-  frugal::add_policies(trainer, options);
+  frugal::add_policies(trainer, options, config.to_toml());
   frugal::FitResult result = trainer.fit();
   const auto& v = result.state.last_validation;
   std::cout << "minimal: " << result.state.step << " steps in " << result.seconds << " s ("

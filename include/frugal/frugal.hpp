@@ -1,6 +1,10 @@
 #pragma once
 // Frugal: efficient training over LibTorch. One include for the whole public API.
 
+#include "frugal/checkpoint/checkpoint_policy.hpp"
+#include "frugal/checkpoint/checkpoint_store.hpp"
+#include "frugal/checkpoint/preemption.hpp"
+#include "frugal/checkpoint/snapshot.hpp"
 #include "frugal/config/config.hpp"
 #include "frugal/config/standard_options.hpp"
 #include "frugal/core/lr_schedule.hpp"
@@ -16,6 +20,7 @@
 #include "frugal/data/dataset.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
+#include "frugal/policies/early_stopping.hpp"
 #include "frugal/policies/gradient_accumulation.hpp"
 #include "frugal/policies/gradient_clipping.hpp"
 #include "frugal/policies/mixed_precision.hpp"

@@ -44,9 +44,8 @@ int64_t parse_integer(const std::string& text) {
 double parse_real(const std::string& text) {
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
-    throw ConfigError("expects a finite number, got '" + text + "'");
-  }
+  // nan and inf are numbers too (nan switches off the early-stopping thresholds).
+  if (text.empty() || end != text.c_str() + text.size()) throw ConfigError("expects a number, got '" + text + "'");
   return value;
 }
 
@@ -58,6 +57,8 @@ bool parse_bool(std::string text) {
 }
 
 std::string format_real(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   std::ostringstream out;
   out << std::setprecision(17) << v;
   std::string s = out.str();

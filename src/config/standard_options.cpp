@@ -65,13 +65,46 @@ void bind(Config& config, StandardOptions& o) {
   config.add_check("clipping", [&c] { c.validate(); });
   config.add_environment_alias("FRUGAL_CLIP_NORM", "clipping.max_norm");
 
+  config.bind("checkpoint.enabled", o.checkpoint_enabled, "Write checkpoints and resume from them");
+  CheckpointOptions& k = o.checkpoint;
+  config.bind("checkpoint.dir", k.dir(), "Checkpoint directory; \"\" = <run_dir>/checkpoints");
+  config.bind("checkpoint.every_n_steps", k.every_n_steps(), "Save every N optimizer steps; 0 = off");
+  config.bind("checkpoint.every_n_minutes", k.every_n_minutes(), "Save every T minutes; 0 = off");
+  config.bind("checkpoint.every_epoch", k.every_epoch(), "Save at each epoch end");
+  config.bind("checkpoint.at_end", k.at_end(), "Save when the fit ends");
+  config.bind("checkpoint.keep_last", k.keep_last(), "Keep the newest N; 0 = all");
+  config.bind("checkpoint.keep_best", k.keep_best(), "Also keep the best K by checkpoint.monitor");
+  config.bind("checkpoint.monitor", k.monitor(), "Validation metric that ranks checkpoints");
+  config.bind("checkpoint.monitor_mode", k.monitor_mode(), "Lower or higher is better", {"min", "max"});
+  config.bind_enum("checkpoint.weights_dtype", k.weights_dtype(),
+                   {{"fp32", WeightsDtype::fp32}, {"fp16", WeightsDtype::fp16}, {"bf16", WeightsDtype::bf16}},
+                   "Storage precision of the weights (fp16/bf16: half the size, resume not exact)");
+  config.bind("checkpoint.archive_dir", k.archive_dir(), "Move stale checkpoints here instead of deleting them");
+  config.bind("checkpoint.archive_after_days", k.archive_after_days(), "Archive checkpoints older than D days; 0 = off");
+  config.bind("checkpoint.async", k.async(), "Write in a background thread");
+  config.bind("checkpoint.resume", k.resume(), "Resume from the newest valid checkpoint");
+  config.bind("checkpoint.on_signal", k.on_signal(), "On SIGTERM/SIGUSR1: checkpoint and exit 0");
+  config.add_check("checkpoint", [&k] { k.validate(); });
+
+  config.bind("early_stopping.enabled", o.early_stopping_enabled, "Stop when a validation metric stagnates");
+  EarlyStoppingOptions& e = o.early_stopping;
+  config.bind("early_stopping.monitor", e.monitor(), "Validation metric to watch");
+  config.bind("early_stopping.mode", e.mode(), "Lower or higher is better", {"min", "max"});
+  config.bind("early_stopping.patience", e.patience(), "Evaluations without improvement before stopping");
+  config.bind("early_stopping.min_delta", e.min_delta(), "Smallest change that counts as improvement");
+  config.bind("early_stopping.stopping_threshold", e.stopping_threshold(), "Stop once this good; nan = off");
+  config.bind("early_stopping.divergence_threshold", e.divergence_threshold(), "Stop once this bad; nan = off");
+  config.bind("early_stopping.check_finite", e.check_finite(), "Stop on a nan/inf metric");
+  config.bind("early_stopping.grace_evaluations", e.grace_evaluations(), "Evaluations before it may stop the run");
+  config.add_check("early_stopping", [&e] { e.validate(); });
+
   config.bind_enum("log.level", o.log_level,
                    {{"trace", log::Level::trace}, {"debug", log::Level::debug}, {"info", log::Level::info},
                     {"warn", log::Level::warn}, {"error", log::Level::error}, {"off", log::Level::off}},
                    "Console and train.log verbosity");
 }
 
-void add_policies(Trainer& trainer, const StandardOptions& options) {
+void add_policies(Trainer& trainer, const StandardOptions& options, const std::string& resolved_config) {
   // The smoke test runs in on_fit_begin, before any other policy's state matters.
   if (options.smoke_test.mode() != SmokeTestMode::off) {
     trainer.add_policy(std::make_shared<SmokeTestPolicy>(options.smoke_test));
@@ -85,6 +118,8 @@ void add_policies(Trainer& trainer, const StandardOptions& options) {
   if (options.clipping.mode() != ClipMode::off) {
     trainer.add_policy(std::make_shared<GradientClippingPolicy>(options.clipping));
   }
+  if (options.early_stopping_enabled) trainer.add_policy(std::make_shared<EarlyStoppingPolicy>(options.early_stopping));
+  if (options.checkpoint_enabled) trainer.add_policy(std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
 }
 
 }  // namespace frugal

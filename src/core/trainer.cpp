@@ -76,6 +76,12 @@ FitResult Trainer::fit() {
     log::add_file_sink(run_dir / "train.log");
     metrics_log_ = MetricsLog(run_dir / "metrics.jsonl");
   }
+  for (auto& p : policies_) {
+    if (auto snapshot = p->resume_from(*this)) {
+      restore(*snapshot);
+      break;
+    }
+  }
   for (auto& p : policies_) p->on_fit_begin(*this);
   log::info(c10::str("fit: ", model_.module().name(), " on ", device_, ", ", train_loader_.batches_per_epoch(),
                      " batches/epoch of ", train_loader_.options().batch_size(), ", up to ", options_.max_epochs(),
@@ -173,18 +179,20 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   window_loss_sum_ = window_loss_sum_.defined() ? window_loss_sum_ + ctx.loss() : ctx.loss().clone();
   ++window_micro_steps_;
   window_samples_ += batch.size();
+  if (ctx.boundary()) {
+    if (state_.step % options_.log_every_n_steps() == 0) log_training();
+    if (options_.validate_every_n_steps() > 0 && validation_loader_ &&
+        state_.step % options_.validate_every_n_steps() == 0) {
+      validate();
+      model_.module().train();
+    }
+    if (options_.max_steps() > 0 && state_.step >= options_.max_steps() && !stopping()) {
+      state_.stop_reason = c10::str("reached max_steps=", options_.max_steps());
+    }
+  }
+  // After the bookkeeping, so a checkpoint taken here includes this step's validation.
   for (auto& p : policies_) p->on_step_end(ctx);
-  if (!ctx.boundary()) return;
-  if (state_.step % options_.log_every_n_steps() == 0) log_training();
-  if (options_.validate_every_n_steps() > 0 && validation_loader_ &&
-      state_.step % options_.validate_every_n_steps() == 0) {
-    validate();
-    model_.module().train();
-  }
-  if (options_.max_steps() > 0 && state_.step >= options_.max_steps() && !stopping()) {
-    state_.stop_reason = c10::str("reached max_steps=", options_.max_steps());
-  }
-  maybe_stop();
+  if (ctx.boundary()) maybe_stop();
 }
 
 void Trainer::apply_lr_schedule() {

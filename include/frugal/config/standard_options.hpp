@@ -9,10 +9,12 @@
 //   frugal::Trainer trainer(model, make_optimizer, data, opts.trainer, opts.data);
 //   frugal::add_policies(trainer, opts);
 
+#include "frugal/checkpoint/checkpoint_policy.hpp"
 #include "frugal/config/config.hpp"
 #include "frugal/core/trainer_options.hpp"
 #include "frugal/data/data_loader.hpp"
 #include "frugal/log.hpp"
+#include "frugal/policies/early_stopping.hpp"
 #include "frugal/policies/gradient_accumulation.hpp"
 #include "frugal/policies/gradient_clipping.hpp"
 #include "frugal/policies/mixed_precision.hpp"
@@ -29,6 +31,10 @@ struct StandardOptions {
   MixedPrecisionOptions precision;            // [precision]
   GradientAccumulationOptions accumulation;   // [accumulation]
   GradientClippingOptions clipping;           // [clipping]
+  bool checkpoint_enabled = false;            // [checkpoint] enabled
+  CheckpointOptions checkpoint;               // [checkpoint]
+  bool early_stopping_enabled = false;        // [early_stopping] enabled
+  EarlyStoppingOptions early_stopping;        // [early_stopping]
   log::Level log_level = log::Level::info;  // [log] level
 };
 
@@ -36,8 +42,10 @@ struct StandardOptions {
 void bind(Config& config, StandardOptions& options);
 
 /// Adds the policies `options` switch on, in this order: smoke test, gradient accumulation,
-/// mixed precision, clipping (so the loss is divided by N before it is scaled; the gradient
-/// hooks run in the Trainer's fixed order whatever the policy order).
-void add_policies(Trainer& trainer, const StandardOptions& options);
+/// mixed precision, clipping, early stopping, checkpoint (the loss is divided by N before it is
+/// scaled; the gradient hooks run in the Trainer's fixed order whatever the policy order; the
+/// checkpoint comes last so that a stop decided by early stopping is saved with its counters).
+/// `resolved_config` (Config::to_toml()) is stored in each checkpoint.
+void add_policies(Trainer& trainer, const StandardOptions& options, const std::string& resolved_config = "");
 
 }  // namespace frugal

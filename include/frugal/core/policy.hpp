@@ -26,6 +26,7 @@
 #include <ostream>
 #include <string>
 
+#include "frugal/checkpoint/snapshot.hpp"
 #include "frugal/core/step_context.hpp"
 #include "frugal/core/trainer_state.hpp"
 
@@ -55,6 +56,9 @@ class Policy {
   virtual std::string name() const = 0;
 
   // -- Fit and epoch ------------------------------------------------------------------
+  /// Before anything else in fit(): a snapshot to continue from (a checkpoint), or nullptr.
+  /// The first policy to return one wins.
+  virtual std::shared_ptr<const TrainingSnapshot> resume_from(const Trainer& /*trainer*/) { return nullptr; }
   /// Before the first step. May throw to stop the fit before it starts (the smoke test does).
   virtual void on_fit_begin(const Trainer& /*trainer*/) {}
   virtual void on_fit_end(const Trainer& /*trainer*/) {}
@@ -82,7 +86,7 @@ class Policy {
   virtual void before_optimizer_step(StepContext& /*ctx*/) {}
   /// 9. Boundary only, after the optimizer step was taken or cancelled.
   virtual void on_after_optimizer_step(StepContext& /*ctx*/) {}
-  /// 10. Every micro-step, after the Trainer's bookkeeping.
+  /// 10. Every micro-step, after the Trainer's bookkeeping (counters, logging, validation).
   virtual void on_step_end(StepContext& /*ctx*/) {}
 
   // -- Validation and stopping -----------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "frugal/checkpoint/snapshot.hpp"
 #include "frugal/core/lr_schedule.hpp"
 #include "frugal/core/metrics_log.hpp"
 #include "frugal/core/model.hpp"
@@ -56,6 +57,12 @@ class Trainer {
   FitResult fit();
   /// Runs the validation set once and returns its metrics (weighted mean over batches).
   Metrics validate();
+
+  /// A host-memory copy of everything needed to continue exactly (see TrainingSnapshot).
+  TrainingSnapshot snapshot() const;
+  /// Continues from `snapshot`: weights, optimizer, counters, data position, policies, RNG.
+  /// Throws TrainingError naming what does not fit (a parameter's shape, the world size).
+  void restore(const TrainingSnapshot& snapshot);
 
   const TrainerState& state() const { return state_; }
   const TrainerOptions& options() const { return options_; }

@@ -1,0 +1,84 @@
+#pragma once
+// Checkpointing as a policy: saves on a cadence (every N optimizer steps, every T minutes, every
+// epoch) and when the job is pre-empted (SIGTERM/SIGUSR1), keeps the last N plus the best K by a
+// validation metric, moves stale ones to a cold directory, and resumes a run from the newest
+// valid checkpoint. Saves are asynchronous: the state is copied to host memory on the training
+// thread and written by a background thread; a new save waits for the previous one, and a failed
+// write surfaces as a CheckpointError at the next hook.
+//
+//   trainer.add_policy(std::make_shared<frugal::CheckpointPolicy>(
+//       frugal::CheckpointOptions().every_n_steps(500).keep_last(3).keep_best(1).monitor("loss")));
+
+#include <torch/arg.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+
+#include "frugal/checkpoint/checkpoint_store.hpp"
+#include "frugal/core/policy.hpp"
+
+namespace frugal {
+
+struct CheckpointOptions {
+  /// Where checkpoints go; "" = <trainer.run_dir>/checkpoints.
+  TORCH_ARG(std::string, dir) = "";
+  TORCH_ARG(int64_t, every_n_steps) = 0;    // 0 = off
+  TORCH_ARG(double, every_n_minutes) = 0;   // 0 = off
+  TORCH_ARG(bool, every_epoch) = false;
+  TORCH_ARG(bool, at_end) = true;           // when the fit ends
+  TORCH_ARG(int64_t, keep_last) = 3;        // 0 = keep all
+  TORCH_ARG(int64_t, keep_best) = 0;        // by `monitor`
+  TORCH_ARG(std::string, monitor) = "loss";
+  TORCH_ARG(std::string, monitor_mode) = "min";  // min | max
+  TORCH_ARG(WeightsDtype, weights_dtype) = WeightsDtype::fp32;
+  /// Checkpoints beyond retention, or older than archive_after_days, move here instead of being
+  /// deleted ("" = delete); the best ones stay in place.
+  TORCH_ARG(std::string, archive_dir) = "";
+  TORCH_ARG(double, archive_after_days) = 0;  // 0 = only by retention
+  TORCH_ARG(bool, async) = true;
+  TORCH_ARG(bool, resume) = true;           // continue from the newest valid checkpoint
+  TORCH_ARG(bool, on_signal) = true;        // SIGTERM/SIGUSR1: checkpoint and stop
+
+ public:  // TORCH_ARG leaves the struct in private:
+  void validate() const;
+};
+
+class CheckpointPolicy : public Policy {
+ public:
+  explicit CheckpointPolicy(CheckpointOptions options = {}, std::string config_toml = "");
+  ~CheckpointPolicy() override;
+  std::string name() const override { return "checkpoint"; }
+
+  std::shared_ptr<const TrainingSnapshot> resume_from(const Trainer& trainer) override;
+  void on_fit_begin(const Trainer& trainer) override;
+  void on_step_end(StepContext& ctx) override;
+  void on_epoch_end(const TrainerState& state) override;
+  std::optional<std::string> should_stop(const TrainerState& state) override;
+  void on_fit_end(const Trainer& trainer) override;
+
+  /// Writes a checkpoint of the trainer now (asynchronously if configured).
+  void save(const TrainerState& state);
+  /// Waits for the write in flight; rethrows its error.
+  void wait();
+  const CheckpointStore& store() const { return store_; }
+  /// Applies keep_last / keep_best / archiving to the store now (also done after each save).
+  void apply_retention() const;
+  /// Told each stage of each write (see CheckpointWriteOptions::on_stage), on the writer thread.
+  void set_stage_observer(std::function<void(const std::string& stage, int64_t step)> observer) {
+    stage_observer_ = std::move(observer);
+  }
+
+ private:
+  void surface_errors();
+  CheckpointOptions options_;
+  std::string config_toml_;
+  CheckpointStore store_;
+  const Trainer* trainer_ = nullptr;
+  std::future<CheckpointInfo> pending_;
+  int64_t last_saved_step_ = -1;
+  std::chrono::steady_clock::time_point last_save_time_;
+  std::function<void(const std::string&, int64_t)> stage_observer_;
+};
+
+}  // namespace frugal

@@ -1,0 +1,83 @@
+#include "durable_io.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "frugal/checkpoint/checkpoint_store.hpp"
+
+namespace frugal::detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::filesystem::path& path) {
+  throw CheckpointError(what + " '" + path.string() + "': " + std::strerror(errno));
+}
+
+class Fd {
+ public:
+  Fd(const std::filesystem::path& path, int flags, mode_t mode = 0644) : fd_(::open(path.c_str(), flags | O_CLOEXEC, mode)) {
+    if (fd_ < 0) fail("cannot open", path);
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+void write_file_synced(const std::filesystem::path& path, const std::string& bytes) {
+  Fd fd(path, O_WRONLY | O_CREAT | O_TRUNC);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
+}
+
+void fsync_file(const std::filesystem::path& path) {
+  Fd fd(path, O_RDONLY);
+  if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
+}
+
+void fsync_directory(const std::filesystem::path& path) {
+  Fd fd(path, O_RDONLY | O_DIRECTORY);
+  if (::fsync(fd.get()) != 0) fail("cannot fsync directory", path);
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read '" + path.string() + "'");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+uint32_t crc32_of_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read '" + path.string() + "'");
+  std::vector<char> buffer(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto n = in.gcount();
+    if (n > 0) crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+}  // namespace frugal::detail

@@ -1,0 +1,18 @@
+#pragma once
+// File operations that survive a crash: write + fsync, fsync of a directory (so a rename or a
+// new entry is on disk), and the CRC-32 (zlib) of a file. Errors throw CheckpointError naming
+// the file and the system's reason.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace frugal::detail {
+
+void write_file_synced(const std::filesystem::path& path, const std::string& bytes);
+void fsync_file(const std::filesystem::path& path);
+void fsync_directory(const std::filesystem::path& path);
+std::string read_file(const std::filesystem::path& path);
+uint32_t crc32_of_file(const std::filesystem::path& path);
+
+}  // namespace frugal::detail

@@ -1,0 +1,97 @@
+// A small deterministic training run with every stateful piece a resume must restore (dropout
+// RNG, momentum, fp16 loss scale, accumulation, shuffled data, LR schedule), checkpointing every
+// 3 steps. tests/checkpoint/kill_resume_test.sh kills it at chosen points and restarts it.
+//
+//   resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N]
+#include <torch/torch.h>
+
+#include <csignal>
+#include <fstream>
+#include <iostream>
+
+#include "frugal/frugal.hpp"
+#include "support/fixtures.hpp"
+
+namespace {
+
+struct DropNetImpl : torch::nn::Cloneable<DropNetImpl> {
+  DropNetImpl() { reset(); }
+  void reset() override {
+    fc1 = register_module("fc1", torch::nn::Linear(4, 32));
+    drop = register_module("drop", torch::nn::Dropout(0.3));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2->forward(drop->forward(torch::relu(fc1->forward(x)))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout drop{nullptr};
+};
+TORCH_MODULE(DropNet);
+
+struct SignalAtStep : frugal::Policy {
+  SignalAtStep(int64_t step, int signal) : step_(step), signal_(signal) {}
+  std::string name() const override { return "signal_at_step"; }
+  void on_step_end(frugal::StepContext& ctx) override {
+    if (ctx.boundary() && ctx.state().step == step_ && !fired_) {
+      fired_ = true;
+      std::raise(signal_);
+    }
+  }
+  int64_t step_;
+  int signal_;
+  bool fired_ = false;
+};
+
+// Overflows two micro-steps, so that skipped steps and a backed-off loss scale are part of what a
+// resume must restore.
+struct InjectOverflow : frugal::Policy {
+  std::string name() const override { return "inject_overflow"; }
+  void on_after_backward(frugal::StepContext& ctx) override {
+    if (ctx.state().micro_step != 5 && ctx.state().micro_step != 23) return;
+    torch::NoGradGuard no_grad;
+    ctx.module().parameters().front().grad().fill_(INFINITY);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N]\n";
+    return 2;
+  }
+  const std::string run_dir = argv[1], out_file = argv[2], mode = argc > 3 ? argv[3] : "";
+  torch::set_num_threads(1);
+  torch::manual_seed(42);
+  DropNet net;
+  frugal::Model model(net.ptr(), frugal::LossFn<DropNetImpl>([](DropNetImpl& n, const frugal::Batch& b) {
+    return torch::cross_entropy_loss(n.forward(b.input), b.target);
+  }));
+  frugal::Trainer trainer(model, [](torch::nn::Module& m) {
+    return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  }, frugal::testing::blobs(200), frugal::TrainerOptions().device("cpu").run_dir(run_dir).max_epochs(4).max_steps(40).log_every_n_steps(10),
+     frugal::DataLoaderOptions().batch_size(8).seed(11));
+  trainer.set_lr_schedule(frugal::lr::cosine(4, 40, 0.1));
+  trainer.add_policy(std::make_shared<frugal::GradientAccumulationPolicy>(frugal::GradientAccumulationOptions().steps(2)));
+  trainer.add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(
+      frugal::MixedPrecisionOptions().mode(frugal::Precision::fp16).autocast(false).scaler(
+          frugal::GradScalerOptions().growth_interval(4))));
+  trainer.add_policy(std::make_shared<InjectOverflow>());
+  auto checkpoint = std::make_shared<frugal::CheckpointPolicy>(frugal::CheckpointOptions().every_n_steps(3).keep_last(2));
+  if (mode == "kill-at-stage" && argc > 5) {
+    const std::string stage = argv[4];
+    const int64_t step = std::stoll(argv[5]);
+    checkpoint->set_stage_observer([stage, step](const std::string& s, int64_t at) {
+      if (s == stage && at == step) std::raise(SIGKILL);
+    });
+  }
+  if (mode == "kill-at-step" && argc > 4) trainer.add_policy(std::make_shared<SignalAtStep>(std::stoll(argv[4]), SIGKILL));
+  if (mode == "term-at-step" && argc > 4) trainer.add_policy(std::make_shared<SignalAtStep>(std::stoll(argv[4]), SIGTERM));
+  trainer.add_policy(checkpoint);
+  auto result = trainer.fit();
+  std::cout << "steps " << result.state.step << " skipped " << result.state.skipped_steps << " stop: "
+            << result.state.stop_reason.value_or("-") << "\n";
+  if (result.state.stop_reason && result.state.stop_reason->find("pre-empted") != std::string::npos) return 0;
+  auto params = frugal::testing::flat_parameters(*net).contiguous();
+  std::ofstream(out_file, std::ios::binary).write(static_cast<const char*>(params.data_ptr()), params.numel() * 4);
+  return 0;
+}
