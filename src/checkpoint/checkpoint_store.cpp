@@ -72,6 +72,16 @@ torch::Tensor stored(const std::string& key, const torch::Tensor& t, WeightsDtyp
   return t.to(dtype == WeightsDtype::fp16 ? torch::kHalf : torch::kBFloat16);
 }
 
+// An archive's bytes, appended straight into one string (no stream buffer copies).
+std::string serialize(torch::serialize::OutputArchive& archive) {
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
 CheckpointInfo info_from_meta(const fs::path& dir, const json& meta) {
   CheckpointInfo info;
   info.dir = dir;
@@ -102,6 +112,7 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
     fs::create_directories(tmp);
 
     json names = json::array();
+    std::map<std::string, uint32_t> crcs;  // of each file, from the bytes written
     {
       torch::serialize::OutputArchive archive;
       int64_t i = 0;
@@ -111,16 +122,14 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
       }
       // Serialized in memory, then written by us: LibTorch's file writer aborts the process
       // (an exception from a destructor) when the disk fills up mid-write.
-      std::ostringstream bytes;
-      archive.save_to(bytes);
-      detail::write_file_synced(tmp / kState, bytes.str());
+      crcs[kState] = detail::write_file_synced(tmp / kState, serialize(archive));
     }
     stage(kState);
-    detail::write_file_synced(tmp / kOptimizer, snapshot.optimizer);
+    crcs[kOptimizer] = detail::write_file_synced(tmp / kOptimizer, snapshot.optimizer);
     stage(kOptimizer);
     std::vector<std::string> files{kState, kOptimizer, kMeta};
     if (!options.config_toml.empty()) {
-      detail::write_file_synced(tmp / kConfig, options.config_toml);
+      crcs[kConfig] = detail::write_file_synced(tmp / kConfig, options.config_toml);
       files.push_back(kConfig);
     }
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -132,11 +141,11 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
               {"state", state_to_json(snapshot.state)},
               {"data", {{"epoch", snapshot.data.epoch}, {"batch_index", snapshot.data.batch_index}, {"seed", snapshot.data.seed}}},
               {"tensors", names}};
-    detail::write_file_synced(tmp / kMeta, meta.dump(1));
+    crcs[kMeta] = detail::write_file_synced(tmp / kMeta, meta.dump(1));
     stage(kMeta);
     json manifest{{"files", json::array()}};
     for (const auto& f : files) {
-      manifest["files"].push_back({{"name", f}, {"size", fs::file_size(tmp / f)}, {"crc32", detail::crc32_of_file(tmp / f)}});
+      manifest["files"].push_back({{"name", f}, {"size", fs::file_size(tmp / f)}, {"crc32", crcs.at(f)}});
     }
     detail::write_file_synced(tmp / kManifest, manifest.dump(1));
     detail::fsync_directory(tmp);

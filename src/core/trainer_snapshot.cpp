@@ -44,9 +44,10 @@ TrainingSnapshot Trainer::snapshot() const {
   // The optimizer serializes itself; the bytes are a copy, safe from the next in-place update.
   torch::serialize::OutputArchive archive;
   optimizer_->save(archive);
-  std::ostringstream bytes;
-  archive.save_to(bytes);
-  s.optimizer = bytes.str();
+  archive.save_to([&s](const void* data, size_t size) {
+    s.optimizer.append(static_cast<const char*>(data), size);
+    return size;
+  });
   s.state = state_;
   s.data = train_loader_.position();
   s.world_size = train_loader_.options().num_replicas();

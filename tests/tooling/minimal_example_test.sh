@@ -24,6 +24,16 @@ grep -q 'mode = "bf16"  # environment variable FRUGAL_PRECISION' amp/config.toml
 grep -q '"grad_norm"' amp/metrics.jsonl || fail "no grad_norm in metrics.jsonl"
 echo "$amp" | grep -q "16 steps" || fail "accumulation 2 over 32 batches should make 16 steps: $amp"
 
+# Checkpointing from the command line: a second start resumes where the first stopped.
+ck=(--config "$source_dir/examples/minimal/config.toml" --model.train_examples=4096 --trainer.run_dir=ck
+    --trainer.device=cpu --checkpoint.enabled=true --checkpoint.every_n_steps=10 --checkpoint.keep_last=2)
+"$exe" "${ck[@]}" --trainer.max_epochs=1 > ck1.log 2>&1 || fail "checkpointed run: $(tail -3 ck1.log)"
+[ -f ck/checkpoints/latest ] || fail "no checkpoint written"
+"$exe" "${ck[@]}" --trainer.max_epochs=2 > ck2.log 2>&1 || fail "resumed run: $(tail -3 ck2.log)"
+grep -q "resumed at step 32, epoch 1" ck2.log || fail "the second start did not resume: $(grep -m3 resum ck2.log)"
+grep -q "minimal: 64 steps" ck2.log || fail "the resumed run should end at step 64: $(tail -1 ck2.log)"
+[ "$(ls -d ck/checkpoints/ckpt-* | wc -l)" -eq 2 ] || fail "keep_last=2 not applied: $(ls ck/checkpoints)"
+
 "$exe" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
 
 set +e

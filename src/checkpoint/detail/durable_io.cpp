@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -35,7 +36,17 @@ class Fd {
 
 }  // namespace
 
-void write_file_synced(const std::filesystem::path& path, const std::string& bytes) {
+uint32_t crc32_of(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t done = 0; done < bytes.size();) {
+    const size_t n = std::min<size_t>(bytes.size() - done, 1u << 30);  // zlib takes uInt lengths
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(n));
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+uint32_t write_file_synced(const std::filesystem::path& path, const std::string& bytes) {
   Fd fd(path, O_WRONLY | O_CREAT | O_TRUNC);
   size_t done = 0;
   while (done < bytes.size()) {
@@ -47,6 +58,7 @@ void write_file_synced(const std::filesystem::path& path, const std::string& byt
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd.get()) != 0) fail("cannot fsync", path);
+  return crc32_of(bytes);
 }
 
 void fsync_file(const std::filesystem::path& path) {

@@ -9,7 +9,9 @@
 
 namespace frugal::detail {
 
-void write_file_synced(const std::filesystem::path& path, const std::string& bytes);
+/// Writes and fsyncs `bytes`; returns their CRC-32, computed from memory (no read-back).
+uint32_t write_file_synced(const std::filesystem::path& path, const std::string& bytes);
+uint32_t crc32_of(const std::string& bytes);
 void fsync_file(const std::filesystem::path& path);
 void fsync_directory(const std::filesystem::path& path);
 std::string read_file(const std::filesystem::path& path);
