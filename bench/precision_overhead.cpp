@@ -6,34 +6,20 @@
 //
 //   build/bench/frugal_bench_precision [results.jsonl] [rounds]
 
-#include <torch/torch.h>
-
 #include <iostream>
 
 #include "bench_result.hpp"
-#include "frugal/frugal.hpp"
-#include "interleaved.hpp"
+#include "mlp_workload.hpp"
 
 namespace {
 
-constexpr int64_t kExamples = 4096, kMicroBatch = 16, kAccumulate = 4, kFeatures = 256, kHidden = 512, kClasses = 10;
-
-torch::nn::Sequential make_model() {
-  torch::manual_seed(0);
-  return torch::nn::Sequential(torch::nn::Linear(kFeatures, kHidden), torch::nn::ReLU(),
-                               torch::nn::Linear(kHidden, kHidden), torch::nn::ReLU(),
-                               torch::nn::Linear(kHidden, kClasses));
-}
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& m) {
-  return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-}
-
+using namespace frugal::bench;
+constexpr int64_t kMicroBatch = 16, kAccumulate = 4;
 constexpr int64_t kOptimizerSteps = kExamples / (kMicroBatch * kAccumulate);
 
 double hand_bf16(const torch::Tensor& x, const torch::Tensor& y) {
-  auto model = make_model();
-  auto optimizer = make_optimizer(*model);
+  auto model = make_mlp();
+  auto optimizer = make_sgd(*model);
   const double start = frugal::bench::thread_cpu_seconds();
   for (int64_t micro = 0; micro * kMicroBatch < kExamples; ++micro) {
     auto index = torch::arange(micro * kMicroBatch, (micro + 1) * kMicroBatch, torch::kLong);
@@ -52,8 +38,8 @@ double hand_bf16(const torch::Tensor& x, const torch::Tensor& y) {
 }
 
 double hand_fp16(const torch::Tensor& x, const torch::Tensor& y) {
-  auto model = make_model();
-  auto optimizer = make_optimizer(*model);
+  auto model = make_mlp();
+  auto optimizer = make_sgd(*model);
   auto scale = torch::full({}, 65536.0f);
   auto tracker = torch::zeros({}, torch::kInt);
   auto params = model->parameters();
@@ -78,28 +64,19 @@ double hand_fp16(const torch::Tensor& x, const torch::Tensor& y) {
 }
 
 double frugal_run(const std::shared_ptr<frugal::TensorDataset>& data, bool fp16) {
-  auto model = make_model();
-  frugal::Model wrapped(model.ptr(), frugal::LossFn<torch::nn::SequentialImpl>(
-                                         [](torch::nn::SequentialImpl& m, const frugal::Batch& b) {
-                                           return torch::cross_entropy_loss(m.forward(b.input), b.target);
-                                         }));
-  frugal::Trainer trainer(wrapped, make_optimizer, data,
-                          frugal::TrainerOptions().device("cpu").run_dir("").log_every_n_steps(1000000),
-                          frugal::DataLoaderOptions().batch_size(kMicroBatch).shuffle(false));
-  trainer.add_policy(std::make_shared<frugal::GradientAccumulationPolicy>(
+  auto trainer = make_trainer(make_mlp(), data, kMicroBatch);
+  trainer->add_policy(std::make_shared<frugal::GradientAccumulationPolicy>(
       frugal::GradientAccumulationOptions().steps(kAccumulate)));
   if (fp16) {
-    trainer.add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(
+    trainer->add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(
         frugal::MixedPrecisionOptions().mode(frugal::Precision::fp16).autocast(false)));
-    trainer.add_policy(std::make_shared<frugal::GradientClippingPolicy>(
+    trainer->add_policy(std::make_shared<frugal::GradientClippingPolicy>(
         frugal::GradientClippingOptions().mode(frugal::ClipMode::norm).max_norm(1.0)));
   } else {
-    trainer.add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(
+    trainer->add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(
         frugal::MixedPrecisionOptions().mode(frugal::Precision::bf16)));
   }
-  const double start = frugal::bench::thread_cpu_seconds();
-  auto result = trainer.fit();
-  return (frugal::bench::thread_cpu_seconds() - start) / static_cast<double>(result.state.step);
+  return seconds_per_step(*trainer);
 }
 
 }  // namespace
@@ -107,20 +84,18 @@ double frugal_run(const std::shared_ptr<frugal::TensorDataset>& data, bool fp16)
 int main(int argc, char** argv) {
   const std::string out = argc > 1 ? argv[1] : "build/bench/results.jsonl";
   const int rounds = argc > 2 ? std::stoi(argv[2]) : 11;
-  frugal::log::set_level(frugal::log::Level::warn);
-  torch::set_num_threads(1);  // one thread: less scheduling noise between the interleaved runs
-  torch::manual_seed(1);
-  auto x = torch::randn({kExamples, kFeatures});
-  auto y = torch::randint(0, kClasses, {kExamples});
-  auto data = std::make_shared<frugal::TensorDataset>(x, y);
+  const Workload w = make_workload();
+  const auto& x = w.x;
+  const auto& y = w.y;
+  const auto& data = w.data;
 
-  const auto bf16 = frugal::bench::compare_interleaved(
+  const auto bf16 = compare_interleaved(
       rounds, [&] { return hand_bf16(x, y); }, [&] { return frugal_run(data, false); });
-  frugal::bench::append(out, {"bf16_autocast_accumulation_step_time", bf16.candidate * 1e3, "ms/optimizer-step",
+  append(out, {"bf16_autocast_accumulation_step_time", bf16.candidate * 1e3, "ms/optimizer-step",
                               bf16.baseline * 1e3, "bench/run (build/bench/frugal_bench_precision)"});
-  const auto fp16 = frugal::bench::compare_interleaved(
+  const auto fp16 = compare_interleaved(
       rounds, [&] { return hand_fp16(x, y); }, [&] { return frugal_run(data, true); });
-  frugal::bench::append(out, {"fp16_scaling_accumulation_clipping_step_time", fp16.candidate * 1e3,
+  append(out, {"fp16_scaling_accumulation_clipping_step_time", fp16.candidate * 1e3,
                               "ms/optimizer-step", fp16.baseline * 1e3, "bench/run (build/bench/frugal_bench_precision)"});
   std::cout << "median per-round ratios: bf16 " << bf16.ratio << ", fp16 " << fp16.ratio << " over " << rounds
             << " rounds of " << kOptimizerSteps << " optimizer steps (x" << kAccumulate << " micro-batches)\n";
