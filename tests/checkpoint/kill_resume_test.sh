@@ -35,4 +35,10 @@ grep -q "pre-empted by SIGTERM: checkpoint of step 11" term.1.log term/train.log
 "$probe" term term.bin > term.2.log 2>&1 || fail "restart after SIGTERM failed"
 cmp -s clean.bin term.bin || fail "after SIGTERM: final weights differ"
 echo "ok: term"
+
+"$probe" term2 term2.bin term-twice-at-step 13 > term2.1.log 2>&1 || fail "double SIGTERM run exited $? (want 0)"
+[ -d term2/checkpoints/ckpt-000000013 ] || fail "no checkpoint of step 13 after a second SIGTERM during the write"
+"$probe" term2 term2.bin > term2.2.log 2>&1 || fail "restart after a double SIGTERM failed"
+cmp -s clean.bin term2.bin || fail "after a double SIGTERM: final weights differ"
+echo "ok: term twice"
 echo PASS

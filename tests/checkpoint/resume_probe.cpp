@@ -2,7 +2,8 @@
 // RNG, momentum, fp16 loss scale, accumulation, shuffled data, LR schedule), checkpointing every
 // 3 steps. tests/checkpoint/kill_resume_test.sh kills it at chosen points and restarts it.
 //
-//   resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N]
+//   resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N |
+//                                  term-twice-at-step N]
 #include <torch/torch.h>
 
 #include <csignal>
@@ -85,7 +86,15 @@ int main(int argc, char** argv) {
     });
   }
   if (mode == "kill-at-step" && argc > 4) trainer.add_policy(std::make_shared<SignalAtStep>(std::stoll(argv[4]), SIGKILL));
-  if (mode == "term-at-step" && argc > 4) trainer.add_policy(std::make_shared<SignalAtStep>(std::stoll(argv[4]), SIGTERM));
+  if ((mode == "term-at-step" || mode == "term-twice-at-step") && argc > 4) {
+    trainer.add_policy(std::make_shared<SignalAtStep>(std::stoll(argv[4]), SIGTERM));
+  }
+  if (mode == "term-twice-at-step" && argc > 4) {  // a second SIGTERM arrives while the checkpoint is written
+    const int64_t step = std::stoll(argv[4]);
+    checkpoint->set_stage_observer([step](const std::string& s, int64_t at) {
+      if (s == "state.pt" && at == step) std::raise(SIGTERM);
+    });
+  }
   trainer.add_policy(checkpoint);
   auto result = trainer.fit();
   std::cout << "steps " << result.state.step << " skipped " << result.state.skipped_steps << " stop: "

@@ -3,6 +3,8 @@
 // shuffling and an LR schedule; mismatches are refused clearly; fp16 storage is smaller.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include "support/fixtures.hpp"
 
 using namespace frugal;
@@ -90,4 +92,31 @@ TEST_CASE("fp16 weight storage halves the weights on disk and still resumes (not
   const auto after = flat_parameters(*net);
   CHECK(torch::allclose(before, after, 1e-3, 1e-3));
   CHECK(after.scalar_type() == torch::kFloat);
+}
+
+TEST_CASE("an async write that fails surfaces in the training loop", "[checkpoint][async]") {
+  const auto root = scratch_dir("async_error");
+  std::ofstream(root / "blocker") << "a file where the checkpoint directory should be";
+  Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu").run_dir(""),
+                  DataLoaderOptions().batch_size(8));
+  trainer.add_policy(std::make_shared<CheckpointPolicy>(
+      CheckpointOptions().dir((root / "blocker" / "checkpoints").string()).every_n_steps(2).async(true).resume(false)));
+  CHECK_THROWS_AS(trainer.fit(), CheckpointError);
+  CHECK(trainer.state().step < 8);  // stopped by the error, before the end of the epoch
+}
+
+TEST_CASE("a time cadence saves when the interval has passed", "[checkpoint][cadence]") {
+  const auto root = scratch_dir("time_cadence");
+  Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(32), TrainerOptions().device("cpu").run_dir(root.string()),
+                  DataLoaderOptions().batch_size(8));
+  auto policy = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_minutes(1e-9).keep_last(0).at_end(false));
+  trainer.add_policy(policy);
+  trainer.fit();
+  CHECK(policy->store().list().size() == 4);  // every boundary is past a 60-microsecond interval
+  Trainer slow(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(32), TrainerOptions().device("cpu").run_dir((root / "b").string()),
+               DataLoaderOptions().batch_size(8));
+  auto hourly = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_minutes(60).at_end(false));
+  slow.add_policy(hourly);
+  slow.fit();
+  CHECK(hourly->store().list().empty());
 }
