@@ -125,7 +125,7 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
       crcs[kState] = detail::write_file_synced(tmp / kState, serialize(archive));
     }
     stage(kState);
-    crcs[kOptimizer] = detail::write_file_synced(tmp / kOptimizer, snapshot.optimizer);
+    crcs[kOptimizer] = detail::write_file_synced(tmp / kOptimizer, snapshot.optimizer_bytes());
     stage(kOptimizer);
     std::vector<std::string> files{kState, kOptimizer, kMeta};
     if (!options.config_toml.empty()) {

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "detail/optimizer_copy.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
@@ -25,7 +26,22 @@ std::vector<std::pair<std::string, at::Generator>> generators() {
 // A copy in host memory that later in-place updates on the device cannot touch.
 torch::Tensor host_copy(const torch::Tensor& t) { return t.is_cpu() ? t.detach().clone() : t.detach().to(torch::kCPU); }
 
+std::string serialize_optimizer(torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
 }  // namespace
+
+std::string TrainingSnapshot::optimizer_bytes() const {
+  return optimizer.empty() && optimizer_copy ? serialize_optimizer(*optimizer_copy) : optimizer;
+}
 
 TrainingSnapshot Trainer::snapshot() const {
   TrainingSnapshot s;
@@ -41,13 +57,10 @@ TrainingSnapshot Trainer::snapshot() const {
     std::lock_guard<std::mutex> lock(gen.mutex());
     s.tensors[name] = gen.get_state();
   }
-  // The optimizer serializes itself; the bytes are a copy, safe from the next in-place update.
-  torch::serialize::OutputArchive archive;
-  optimizer_->save(archive);
-  archive.save_to([&s](const void* data, size_t size) {
-    s.optimizer.append(static_cast<const char*>(data), size);
-    return size;
-  });
+  // A deep copy of the optimizer's state (memcpy speed) when its type is known, serialized later
+  // by the writer; otherwise serialized now. Either way safe from the next in-place update.
+  s.optimizer_copy = detail::host_copy_of_optimizer(*optimizer_);
+  if (!s.optimizer_copy) s.optimizer = serialize_optimizer(*optimizer_);
   s.state = state_;
   s.data = train_loader_.position();
   s.world_size = train_loader_.options().num_replicas();
@@ -73,7 +86,7 @@ void Trainer::restore(const TrainingSnapshot& s) {
   for (auto& p : model_.module().named_parameters()) load_into(p.key(), p.value());
   for (auto& b : model_.module().named_buffers()) load_into(b.key(), b.value());
 
-  std::istringstream bytes(s.optimizer);
+  std::istringstream bytes(s.optimizer_bytes());
   torch::serialize::InputArchive archive;
   archive.load_from(bytes, device_);
   optimizer_->load(archive);

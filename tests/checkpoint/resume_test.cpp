@@ -120,3 +120,27 @@ TEST_CASE("a time cadence saves when the interval has passed", "[checkpoint][cad
   slow.fit();
   CHECK(hourly->store().list().empty());
 }
+
+TEST_CASE("a snapshot is a deep copy: training after it does not change it", "[checkpoint][snapshot]") {
+  for (bool adam : {false, true}) {
+    Seeded seeded;
+    TinyNet net;
+    OptimizerFactory make = [adam](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
+      if (adam) return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(0.01));
+      return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    };
+    Trainer trainer(Model(net.ptr(), cross_entropy()), make, blobs(32), TrainerOptions().device("cpu").run_dir(""),
+                    DataLoaderOptions().batch_size(8));
+    trainer.fit();
+    const TrainingSnapshot snapshot = trainer.snapshot();
+    CHECK(snapshot.optimizer_copy != nullptr);  // a known optimizer type: copied, not serialized on this thread
+    const std::string before = snapshot.optimizer_bytes();
+    const auto weights = snapshot.tensors.at("model/fc1.weight").clone();
+    auto batch = blobs(8, 3)->get_batch({0, 1, 2, 3, 4, 5, 6, 7});
+    torch::cross_entropy_loss(net->forward(batch.input), batch.target).backward();
+    trainer.optimizer().step();  // moves the live weights and optimizer state in place
+    CHECK(snapshot.optimizer_bytes() == before);
+    CHECK(torch::equal(snapshot.tensors.at("model/fc1.weight"), weights));
+    CHECK_FALSE(torch::equal(net->fc1->weight, weights));
+  }
+}

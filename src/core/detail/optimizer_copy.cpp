@@ -1,0 +1,66 @@
+#include "optimizer_copy.hpp"
+
+#include <map>
+
+namespace frugal::detail {
+namespace {
+
+torch::Tensor host(const torch::Tensor& t) {
+  if (!t.defined()) return t;
+  return t.is_cpu() ? t.detach().clone() : t.detach().to(torch::kCPU);
+}
+
+// The copy's parameters are placeholders: serialization records only their identity and order.
+template <class Opt, class Options>
+std::unique_ptr<Opt> same_groups(torch::optim::Optimizer& source, std::map<void*, void*>& placeholder_of) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto& g : source.param_groups()) {
+    std::vector<torch::Tensor> params;
+    for (auto& p : g.params()) {
+      params.push_back(torch::empty({0}));
+      placeholder_of[p.unsafeGetTensorImpl()] = params.back().unsafeGetTensorImpl();
+    }
+    groups.emplace_back(params, g.options().clone());
+  }
+  return std::make_unique<Opt>(groups, static_cast<const Options&>(source.defaults()));
+}
+
+template <class Opt, class Options, class State, class CopyState>
+std::unique_ptr<torch::optim::Optimizer> copy_as(torch::optim::Optimizer& source, CopyState copy_state) {
+  std::map<void*, void*> placeholder_of;
+  auto copy = same_groups<Opt, Options>(source, placeholder_of);
+  for (auto& [key, state] : source.state()) {
+    auto fresh = std::make_unique<State>();
+    copy_state(static_cast<const State&>(*state), *fresh);
+    copy->state()[placeholder_of.at(key)] = std::move(fresh);
+  }
+  return copy;
+}
+
+template <class State>
+void copy_adam_state(const State& from, State& to) {
+  to.step(from.step());
+  to.exp_avg(host(from.exp_avg()));
+  to.exp_avg_sq(host(from.exp_avg_sq()));
+  to.max_exp_avg_sq(host(from.max_exp_avg_sq()));
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> host_copy_of_optimizer(torch::optim::Optimizer& optimizer) {
+  using namespace torch::optim;
+  if (dynamic_cast<SGD*>(&optimizer)) {
+    return copy_as<SGD, SGDOptions, SGDParamState>(optimizer, [](const SGDParamState& from, SGDParamState& to) {
+      to.momentum_buffer(host(from.momentum_buffer()));
+    });
+  }
+  if (dynamic_cast<AdamW*>(&optimizer)) {
+    return copy_as<AdamW, AdamWOptions, AdamWParamState>(optimizer, copy_adam_state<AdamWParamState>);
+  }
+  if (dynamic_cast<Adam*>(&optimizer)) {
+    return copy_as<Adam, AdamOptions, AdamParamState>(optimizer, copy_adam_state<AdamParamState>);
+  }
+  return nullptr;
+}
+
+}  // namespace frugal::detail
