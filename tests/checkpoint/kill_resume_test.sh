@@ -41,4 +41,10 @@ echo "ok: term"
 "$probe" term2 term2.bin > term2.2.log 2>&1 || fail "restart after a double SIGTERM failed"
 cmp -s clean.bin term2.bin || fail "after a double SIGTERM: final weights differ"
 echo "ok: term twice"
+
+"$probe" usr1 usr1.bin usr1-at-step 5 > usr1.1.log 2>&1 || fail "SIGUSR1 run exited $? (want 0)"
+grep -q "pre-empted by SIGUSR1: checkpoint of step 5" usr1.1.log || fail "no pre-emption checkpoint on SIGUSR1"
+"$probe" usr1 usr1.bin > usr1.2.log 2>&1 || fail "restart after SIGUSR1 failed"
+cmp -s clean.bin usr1.bin || fail "after SIGUSR1: final weights differ"
+echo "ok: usr1"
 echo PASS

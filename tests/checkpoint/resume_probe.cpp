@@ -3,7 +3,7 @@
 // 3 steps. tests/checkpoint/kill_resume_test.sh kills it at chosen points and restarts it.
 //
 //   resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N |
-//                                  term-twice-at-step N]
+//                                  term-twice-at-step N | usr1-at-step N]
 #include <torch/torch.h>
 
 #include <csignal>
@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   if ((mode == "term-at-step" || mode == "term-twice-at-step") && argc > 4) {
     trainer.add_policy(std::make_shared<SignalAtStep>(std::stoll(argv[4]), SIGTERM));
   }
+  if (mode == "usr1-at-step" && argc > 4) trainer.add_policy(std::make_shared<SignalAtStep>(std::stoll(argv[4]), SIGUSR1));
   if (mode == "term-twice-at-step" && argc > 4) {  // a second SIGTERM arrives while the checkpoint is written
     const int64_t step = std::stoll(argv[4]);
     checkpoint->set_stage_observer([step](const std::string& s, int64_t at) {

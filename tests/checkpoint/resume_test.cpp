@@ -144,3 +144,17 @@ TEST_CASE("a snapshot is a deep copy: training after it does not change it", "[c
     CHECK_FALSE(torch::equal(net->fc1->weight, weights));
   }
 }
+
+TEST_CASE("checkpoint.resume=false starts over even where checkpoints exist", "[checkpoint][resume]") {
+  const auto root = scratch_dir("resume_opt_out");
+  Run writer = make_run(root, 6, 1);
+  writer.trainer->fit();
+  Run fresh = make_run(root, 6, 1);
+  fresh.checkpoint = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(5).resume(false));
+  Trainer trainer(Model(fresh.net.ptr(), cross_entropy()), sgd(), blobs(96),
+                  TrainerOptions().device("cpu").run_dir(root.string()).max_steps(2), DataLoaderOptions().batch_size(8));
+  trainer.add_policy(fresh.checkpoint);
+  auto result = trainer.fit();
+  CHECK(result.state.step == 2);  // from 0, not from the checkpoint of step 6
+  CHECK(CheckpointStore(root / "checkpoints").find_latest_valid()->info.step == 6);  // the newer one is still there
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU check, run ON the GPU machine from the repository root (after bench/gpu/prepare.sh here,
+# carrying build/gpu-deps):
+#   run(command="bash bench/gpu/run.sh", carry=["build/gpu-deps"])
+# Unpacks the carried packages, builds with the machine's own python3 torch, runs the GPU tests
+# and the GPU benchmarks, and writes everything under $OUT (results.jsonl, logs).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-build/gpu-out}"
+mkdir -p "$OUT"
+exec > >(tee "$OUT/run.log") 2>&1
+python="${FRUGAL_GPU_PYTHON:-python3}"  # the machine's own torch
+prefix="$PWD/build/gpu-prefix"
+for deb in build/gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+"$python" -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.is_available())"
+
+generator="Unix Makefiles"; command -v ninja > /dev/null && generator=Ninja
+cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTHON="$python" \
+  -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
+  -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" -DTORCH_CUDA_ARCH_LIST=9.0 || exit 1
+cmake --build build/gpu -j "$(nproc)" --target frugal_precision_tests frugal_core_tests frugal_checkpoint_tests \
+  frugal_bench_gpu_precision frugal_minimal || exit 1
+
+status=0
+# Every test, so the GPU-only ones run instead of skipping; the CPU ones must pass there too.
+for t in core precision checkpoint; do
+  (cd build/gpu/tests && ./frugal_${t}_tests) > "$OUT/tests_$t.txt" 2>&1 || status=1
+  tail -n 3 "$OUT/tests_$t.txt"
+done
+build/gpu/bench/frugal_bench_gpu_precision "$OUT/results.jsonl" || status=1
+for p in fp32 fp16 bf16; do
+  build/gpu/examples/minimal/frugal_minimal --config examples/minimal/config.toml --trainer.device=cuda \
+    --precision.mode=$p --trainer.run_dir="$OUT/minimal_$p" --trainer.max_epochs=3 | tail -n 1 || status=1
+done
+cat "$OUT/results.jsonl"
+exit $status
