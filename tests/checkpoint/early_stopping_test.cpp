@@ -31,7 +31,7 @@ TEST_CASE("patience counts evaluations without an improvement larger than min_de
   CHECK(stops_after(max, {0.5, 0.6, 0.55, 0.58}, "accuracy") == 4);
 }
 
-TEST_CASE("thresholds and non-finite values stop at once; the grace period holds them off", "[checkpoint][early_stopping]") {
+TEST_CASE("thresholds and non-finite values stop at once, unless in the grace period", "[checkpoint][early_stopping]") {
   EarlyStoppingPolicy good(EarlyStoppingOptions().stopping_threshold(0.1));
   CHECK(stops_after(good, {1.0, 0.5, 0.09}) == 3);
   EarlyStoppingPolicy diverged(EarlyStoppingOptions().divergence_threshold(10.0).patience(100));

@@ -136,7 +136,7 @@ TEST_CASE("a write that fails midway (disk full) leaves the previous checkpoint 
   CHECK(found->info.step == 3);
 }
 
-TEST_CASE("retention keeps the last N and the best K; the rest are deleted or archived", "[checkpoint][retention]") {
+TEST_CASE("retention keeps the last N and the best K, and deletes or archives the rest", "[checkpoint][retention]") {
   const auto root = scratch_dir("retention");
   auto write_losses = [&](const fs::path& dir) {
     CheckpointStore store(dir);

@@ -115,7 +115,7 @@ TEST_CASE("the resolved config lists every key with its source and loads back to
   CHECK(again.options.smoke_test.mode() == SmokeTestMode::warn);
 }
 
-TEST_CASE("--help lists every key with its default; --smoke-test is recognised", "[core][config]") {
+TEST_CASE("--help lists every key with its default, and --smoke-test is recognised", "[core][config]") {
   Loaded help({"--help"}, {});
   REQUIRE(help.cli.exit_code == std::optional<int>(0));
   CHECK_THAT(help.cli.message, Catch::Contains("--trainer.max_epochs") && Catch::Contains("FRUGAL_TRAINER_MAX_EPOCHS") &&
@@ -125,7 +125,7 @@ TEST_CASE("--help lists every key with its default; --smoke-test is recognised",
   CHECK_FALSE(smoke.cli.exit_code.has_value());
 }
 
-TEST_CASE("cluster-wide short environment names set the policy switches; the long names win", "[core][config]") {
+TEST_CASE("cluster-wide short environment names set the policy switches, and the long names win", "[core][config]") {
   Loaded l({}, {"FRUGAL_PRECISION=bf16", "FRUGAL_ACCUMULATE_STEPS=4", "FRUGAL_CLIP_NORM=0.5"});
   CHECK(l.options.precision.mode() == Precision::bf16);
   CHECK(l.options.accumulation.steps() == 4);

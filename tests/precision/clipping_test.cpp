@@ -50,7 +50,7 @@ TEST_CASE("clipping by norm sees unscaled gradients, whatever order the policies
   for (double n : unclipped->norm) CHECK(n > 0.05);
 }
 
-TEST_CASE("clipping by value bounds every gradient element; the norm is reported", "[precision][clipping]") {
+TEST_CASE("clipping by value bounds every gradient element, and the norm is reported", "[precision][clipping]") {
   auto policy = std::make_shared<GradientClippingPolicy>(GradientClippingOptions().mode(ClipMode::value).max_value(1e-3));
   auto probe = run({policy});
   for (double m : probe->max_abs) CHECK(m <= static_cast<double>(1e-3f));  // clamped in float
