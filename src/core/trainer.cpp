@@ -70,10 +70,19 @@ void Trainer::add_policy(std::shared_ptr<Policy> policy) {
 
 FitResult Trainer::fit() {
   const auto fit_start = std::chrono::steady_clock::now();
+  // The run's train.log stops receiving messages when the fit ends, also when it ends by an exception.
+  bool file_sink_open = false;
+  struct CloseSink {
+    bool& open;
+    ~CloseSink() {
+      if (open) log::remove_file_sink();
+    }
+  } close_sink{file_sink_open};
   if (!options_.run_dir().empty()) {
     const std::filesystem::path run_dir(options_.run_dir());
     std::filesystem::create_directories(run_dir);
     log::add_file_sink(run_dir / "train.log");
+    file_sink_open = true;
     metrics_log_ = MetricsLog(run_dir / "metrics.jsonl");
   }
   for (auto& p : policies_) {
@@ -104,7 +113,6 @@ FitResult Trainer::fit() {
   result.samples_per_second = static_cast<double>(state_.samples_seen - samples_at_start) / std::max(1e-9, result.seconds);
   log::info(c10::str("fit done: ", state_.step, " steps (", state_.skipped_steps, " skipped), ", state_.epoch,
                      " epochs, ", result.seconds, " s", state_.stop_reason ? ", stopped: " + *state_.stop_reason : ""));
-  log::remove_file_sink();
   return result;
 }
 
