@@ -8,7 +8,7 @@ set -euo pipefail
 TORCH_VERSION="2.11.0"          # matches the GPU machine; see docs/building.md
 PY_PACKAGES=("torch==${TORCH_VERSION}" "numpy")
 DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
-              libspdlog-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev)
+              libspdlog-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgloo-dev)
 VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 
 missing=()

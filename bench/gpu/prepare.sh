@@ -8,5 +8,5 @@ mkdir -p build/gpu-deps
 cd build/gpu-deps
 rm -f ./*.deb
 apt-get download libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev catch2 \
-  zlib1g-dev zlib1g > /dev/null
+  zlib1g-dev zlib1g libgloo-dev > /dev/null
 ls -1 ./*.deb

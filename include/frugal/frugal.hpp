@@ -16,6 +16,8 @@
 #include "frugal/core/trainer_options.hpp"
 #include "frugal/core/trainer_state.hpp"
 #include "frugal/data/batch.hpp"
+#include "frugal/distributed/communicator.hpp"
+#include "frugal/distributed/world.hpp"
 #include "frugal/data/data_loader.hpp"
 #include "frugal/data/dataset.hpp"
 #include "frugal/errors.hpp"
