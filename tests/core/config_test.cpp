@@ -13,7 +13,8 @@ using namespace frugal::testing;
 namespace {
 
 std::filesystem::path write_file(const std::string& name, const std::string& text) {
-  auto path = scratch_dir("config") / name;
+  // A directory per file: ctest runs test cases in parallel processes.
+  auto path = scratch_dir("config_" + name) / name;
   std::ofstream(path) << text;
   return path;
 }
