@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "core/detail/host_memory.hpp"
 #include "detail/durable_io.hpp"
 #include "frugal/log.hpp"
 
@@ -72,16 +73,6 @@ torch::Tensor stored(const std::string& key, const torch::Tensor& t, WeightsDtyp
   return t.to(dtype == WeightsDtype::fp16 ? torch::kHalf : torch::kBFloat16);
 }
 
-// An archive's bytes, appended straight into one string (no stream buffer copies).
-std::string serialize(torch::serialize::OutputArchive& archive) {
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  return bytes;
-}
-
 CheckpointInfo info_from_meta(const fs::path& dir, const json& meta) {
   CheckpointInfo info;
   info.dir = dir;
@@ -122,7 +113,7 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
       }
       // Serialized in memory, then written by us: LibTorch's file writer aborts the process
       // (an exception from a destructor) when the disk fills up mid-write.
-      crcs[kState] = detail::write_file_synced(tmp / kState, serialize(archive));
+      crcs[kState] = detail::write_file_synced(tmp / kState, detail::archive_bytes(archive));
     }
     stage(kState);
     crcs[kOptimizer] = detail::write_file_synced(tmp / kOptimizer, snapshot.optimizer_bytes());

@@ -184,7 +184,12 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   // 10. Bookkeeping: counters, the loss window, logging, validation, stopping.
   ++state_.micro_step;
   state_.samples_seen += batch.size();
-  window_loss_sum_ = window_loss_sum_.defined() ? window_loss_sum_ + ctx.loss() : ctx.loss().clone();
+  // Summed in place, in fp32 (the loss may be bf16 under autocast): no allocation per step.
+  if (window_loss_sum_.defined()) {
+    window_loss_sum_.add_(ctx.loss());
+  } else {
+    window_loss_sum_ = ctx.loss().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  }
   ++window_micro_steps_;
   window_samples_ += batch.size();
   if (ctx.boundary()) {

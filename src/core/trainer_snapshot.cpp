@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "detail/host_memory.hpp"
 #include "detail/optimizer_copy.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/errors.hpp"
@@ -23,18 +24,10 @@ std::vector<std::pair<std::string, at::Generator>> generators() {
   return out;
 }
 
-// A copy in host memory that later in-place updates on the device cannot touch.
-torch::Tensor host_copy(const torch::Tensor& t) { return t.is_cpu() ? t.detach().clone() : t.detach().to(torch::kCPU); }
-
 std::string serialize_optimizer(torch::optim::Optimizer& optimizer) {
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
-  return bytes;
+  return detail::archive_bytes(archive);
 }
 
 }  // namespace
@@ -46,12 +39,12 @@ std::string TrainingSnapshot::optimizer_bytes() const {
 TrainingSnapshot Trainer::snapshot() const {
   TrainingSnapshot s;
   torch::NoGradGuard no_grad;
-  for (const auto& p : model_.module().named_parameters()) s.tensors["model/" + p.key()] = host_copy(p.value());
-  for (const auto& b : model_.module().named_buffers()) s.tensors["model/" + b.key()] = host_copy(b.value());
+  for (const auto& p : model_.module().named_parameters()) s.tensors["model/" + p.key()] = detail::host_copy(p.value());
+  for (const auto& b : model_.module().named_buffers()) s.tensors["model/" + b.key()] = detail::host_copy(b.value());
   for (const auto& p : policies_) {
     StateDict state;
     p->save_state(state);
-    for (auto& [key, value] : state) s.tensors["policy/" + p->name() + "/" + key] = host_copy(value);
+    for (auto& [key, value] : state) s.tensors["policy/" + p->name() + "/" + key] = detail::host_copy(value);
   }
   for (auto& [name, gen] : generators()) {
     std::lock_guard<std::mutex> lock(gen.mutex());

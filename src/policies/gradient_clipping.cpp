@@ -42,10 +42,7 @@ GradientClippingPolicy::GradientClippingPolicy(GradientClippingOptions options) 
 
 void GradientClippingPolicy::clip_gradients(StepContext& ctx) {
   if (options_.mode() == ClipMode::off) return;
-  std::vector<torch::Tensor> params;
-  for (const auto& group : ctx.optimizer().param_groups()) {
-    for (const auto& p : group.params()) params.push_back(p);
-  }
+  std::vector<torch::Tensor> params = ctx.parameters();
   if (options_.mode() == ClipMode::norm) {
     last_total_norm_ = clip_grad_norm(params, options_.max_norm(), options_.norm_type());
   } else {

@@ -67,11 +67,7 @@ torch::Tensor MixedPrecisionPolicy::transform_loss(StepContext&, torch::Tensor l
 void MixedPrecisionPolicy::unscale_gradients(StepContext& ctx) {
   found_inf_ = torch::Tensor();
   if (precision_ != Precision::fp16) return;
-  std::vector<torch::Tensor> params;
-  for (const auto& group : ctx.optimizer().param_groups()) {
-    for (const auto& p : group.params()) params.push_back(p);
-  }
-  found_inf_ = scaler_.unscale(params);
+  found_inf_ = scaler_.unscale(ctx.parameters());
   // The one host sync of an fp16 step: the step must be taken or skipped on the host.
   if (found_inf_.item<float>() != 0.0f) {
     ++overflow_steps_;

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "frugal/core/trainer_state.hpp"
 #include "frugal/data/batch.hpp"
@@ -25,6 +26,12 @@ class StepContext {
   const Batch& batch() const { return batch_; }
   torch::nn::Module& module() const { return module_; }
   torch::optim::Optimizer& optimizer() const { return optimizer_; }
+  /// Every parameter the optimizer updates, across its parameter groups.
+  std::vector<torch::Tensor> parameters() const {
+    std::vector<torch::Tensor> params;
+    for (const auto& group : optimizer_.param_groups()) params.insert(params.end(), group.params().begin(), group.params().end());
+    return params;
+  }
   /// This micro-batch is the last of its epoch.
   bool last_in_epoch() const { return last_in_epoch_; }
 

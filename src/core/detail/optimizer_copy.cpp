@@ -2,13 +2,10 @@
 
 #include <map>
 
+#include "host_memory.hpp"
+
 namespace frugal::detail {
 namespace {
-
-torch::Tensor host(const torch::Tensor& t) {
-  if (!t.defined()) return t;
-  return t.is_cpu() ? t.detach().clone() : t.detach().to(torch::kCPU);
-}
 
 // The copy's parameters are placeholders: serialization records only their identity and order.
 template <class Opt, class Options>
@@ -40,9 +37,9 @@ std::unique_ptr<torch::optim::Optimizer> copy_as(torch::optim::Optimizer& source
 template <class State>
 void copy_adam_state(const State& from, State& to) {
   to.step(from.step());
-  to.exp_avg(host(from.exp_avg()));
-  to.exp_avg_sq(host(from.exp_avg_sq()));
-  to.max_exp_avg_sq(host(from.max_exp_avg_sq()));
+  to.exp_avg(host_copy(from.exp_avg()));
+  to.exp_avg_sq(host_copy(from.exp_avg_sq()));
+  to.max_exp_avg_sq(host_copy(from.max_exp_avg_sq()));
 }
 
 }  // namespace
@@ -51,7 +48,7 @@ std::unique_ptr<torch::optim::Optimizer> host_copy_of_optimizer(torch::optim::Op
   using namespace torch::optim;
   if (dynamic_cast<SGD*>(&optimizer)) {
     return copy_as<SGD, SGDOptions, SGDParamState>(optimizer, [](const SGDParamState& from, SGDParamState& to) {
-      to.momentum_buffer(host(from.momentum_buffer()));
+      to.momentum_buffer(host_copy(from.momentum_buffer()));
     });
   }
   if (dynamic_cast<AdamW*>(&optimizer)) {
