@@ -20,11 +20,11 @@ cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTH
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
   -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" -DTORCH_CUDA_ARCH_LIST=9.0 || exit 1
 cmake --build build/gpu -j "$(nproc)" --target frugal_precision_tests frugal_core_tests frugal_checkpoint_tests \
-  frugal_bench_gpu_precision frugal_minimal || exit 1
+  frugal_distributed_tests frugal_bench_gpu_precision frugal_bench_data_parallel frugal_minimal || exit 1
 
 status=0
 # Every test, so the GPU-only ones run instead of skipping; the CPU ones must pass there too.
-for t in core precision checkpoint; do
+for t in core precision checkpoint distributed; do
   (cd build/gpu/tests && ./frugal_${t}_tests) > "$OUT/tests_$t.txt" 2>&1 || status=1
   tail -n 3 "$OUT/tests_$t.txt"
 done
@@ -33,5 +33,16 @@ for p in fp32 fp16 bf16; do
   build/gpu/examples/minimal/frugal_minimal --config examples/minimal/config.toml --trainer.device=cuda \
     --precision.mode=$p --trainer.run_dir="$OUT/minimal_$p" --trainer.max_epochs=3 | tail -n 1 || status=1
 done
+# The NCCL path with one rank (an explicit backend makes a real process group even alone): the
+# all-reduce bandwidth, and a data-parallel step against the same step alone, overlapped or not.
+"$python" -m torch.distributed.run --standalone --nproc-per-node=1 --no-python \
+  build/gpu/bench/frugal_bench_data_parallel "$OUT/results.jsonl" cuda nccl > "$OUT/data_parallel.txt" 2>&1 || status=1
+grep -E "^all-reduce|^step" "$OUT/data_parallel.txt"
+# With every GPU of the machine, when it has several: the weak-scaling figure of docs/benchmarks.md.
+gpus=$(nvidia-smi -L 2> /dev/null | wc -l)
+if [ "$gpus" -gt 1 ]; then
+  "$python" -m torch.distributed.run --standalone --nproc-per-node="$gpus" --no-python \
+    build/gpu/bench/frugal_bench_data_parallel "$OUT/results.jsonl" cuda nccl > "$OUT/data_parallel_$gpus.txt" 2>&1 || status=1
+fi
 cat "$OUT/results.jsonl"
 exit $status

@@ -5,6 +5,8 @@
 //   build/examples/minimal/frugal_minimal --config examples/minimal/config.toml
 //   build/examples/minimal/frugal_minimal --smoke-test            # only the CPU smoke test
 //   build/examples/minimal/frugal_minimal --help                  # every key and its default
+//   torchrun --standalone --nproc-per-node=4 --no-python build/examples/minimal/frugal_minimal
+//                                                                 # data-parallel on 4 processes
 
 #include <torch/torch.h>
 
@@ -77,8 +79,11 @@ int run(int argc, char** argv) {
     return *cli.exit_code;
   }
   frugal::log::set_level(options.log_level);
-  if (cli.print_config) std::cout << config.to_toml();
-  if (!options.trainer.run_dir().empty()) config.write_resolved(std::filesystem::path(options.trainer.run_dir()) / "config.toml");
+  const frugal::World world = frugal::detect_world(frugal::process_environment());
+  if (cli.print_config && world.rank == 0) std::cout << config.to_toml();
+  if (!options.trainer.run_dir().empty() && world.rank == 0) {
+    config.write_resolved(std::filesystem::path(options.trainer.run_dir()) / "config.toml");
+  }
 
   torch::manual_seed(static_cast<uint64_t>(m.seed));
   auto train = minimal::make_spirals(m.train_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 1);
@@ -97,21 +102,26 @@ int run(int argc, char** argv) {
     return std::make_unique<torch::optim::AdamW>(module.parameters(), torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
   }, train, options.trainer, options.data);
   trainer.set_validation_data(validation);
-  const int64_t total_steps = options.trainer.max_epochs() *
-                              frugal::DataLoader(train, options.data).batches_per_epoch();
-  trainer.set_lr_schedule(frugal::lr::cosine(total_steps / 20, std::max<int64_t>(total_steps, total_steps / 20 + 1), 0.05));
+  auto schedule = [&] {  // over the optimizer steps of this rank's share of the data
+    const int64_t total_steps = options.trainer.max_epochs() * trainer.batches_per_epoch();
+    trainer.set_lr_schedule(frugal::lr::cosine(total_steps / 20, std::max<int64_t>(total_steps, total_steps / 20 + 1), 0.05));
+  };
 
   if (cli.smoke_test_only) {
+    schedule();
     frugal::SmokeTestOptions smoke = options.smoke_test;
     smoke.mode(frugal::SmokeTestMode::fail);
     frugal::SmokeTestReport report = frugal::run_smoke_test(trainer, smoke);
     std::cout << report.to_string() << "\n";
     return report.passed ? 0 : 1;
   }
-  frugal::add_policies(trainer, options, config.to_toml());
+  frugal::add_policies(trainer, options, config.to_toml());  // connects to the other ranks, if any
+  schedule();
   frugal::FitResult result = trainer.fit();
+  if (trainer.rank() != 0) return 0;
   const auto& v = result.state.last_validation;
-  std::cout << "minimal: " << result.state.step << " steps in " << result.seconds << " s ("
+  std::cout << "minimal: " << (trainer.world_size() > 1 ? c10::str(trainer.world_size(), " processes, ") : "")
+            << result.state.step << " steps in " << result.seconds << " s ("
             << static_cast<int64_t>(result.samples_per_second) << " samples/s), final train loss " << result.train_loss;
   for (const auto& [name, value] : v) std::cout << ", validation " << name << " " << value;
   std::cout << "\n";

@@ -17,6 +17,7 @@ enum class Level { trace, debug, info, warn, error, off };
 /// Parses "trace|debug|info|warn|error|off"; throws OptionError on anything else.
 Level parse_level(std::string_view name);
 void set_level(Level level);
+Level level();
 /// Also writes every message to `path` (appending); replaces an earlier file sink.
 void add_file_sink(const std::filesystem::path& path);
 void remove_file_sink();

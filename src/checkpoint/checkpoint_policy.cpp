@@ -9,6 +9,7 @@
 
 #include "frugal/checkpoint/preemption.hpp"
 #include "frugal/core/trainer.hpp"
+#include "frugal/distributed/communicator.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -59,7 +60,8 @@ fs::path checkpoint_dir(const CheckpointOptions& options, const Trainer& trainer
 std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trainer& trainer) {
   store_ = CheckpointStore(checkpoint_dir(options_, trainer));
   if (!options_.resume()) return nullptr;
-  store_.remove_unfinished();
+  // Every rank resumes from the same checkpoint (a shared file system); only the writer tidies.
+  if (trainer.rank() == 0) store_.remove_unfinished();
   auto found = store_.find_latest_valid();
   if (!found) return nullptr;
   for (const auto& s : found->skipped) log::warn("checkpoint skipped: " + s);
@@ -86,6 +88,8 @@ void CheckpointPolicy::wait() {
 void CheckpointPolicy::save(const TrainerState& state) {
   if (trainer_ == nullptr) throw TrainingError("CheckpointPolicy::save before the fit began");
   if (state.step == last_saved_step_) return;
+  last_saved_step_ = state.step;
+  if (trainer_->rank() != 0) return;  // replicas hold the same state: rank 0 writes it
   wait();  // one write at a time; its error, if any, surfaces here
   auto snapshot = std::make_shared<TrainingSnapshot>(trainer_->snapshot());
   CheckpointWriteOptions write_options;
@@ -94,7 +98,6 @@ void CheckpointPolicy::save(const TrainerState& state) {
   if (stage_observer_) {
     write_options.on_stage = [observer = stage_observer_, step = state.step](const std::string& stage) { observer(stage, step); };
   }
-  last_saved_step_ = state.step;
   last_save_time_ = std::chrono::steady_clock::now();
   auto job = [this, snapshot, write_options] {
     CheckpointInfo info = store_.write(*snapshot, write_options);
@@ -115,7 +118,9 @@ void CheckpointPolicy::on_step_end(StepContext& ctx) {
   const TrainerState& s = ctx.state();
   const bool by_steps = options_.every_n_steps() > 0 && s.step % options_.every_n_steps() == 0;
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time_).count() / 60.0;
-  const bool by_time = options_.every_n_minutes() > 0 && minutes >= options_.every_n_minutes();
+  bool by_time = options_.every_n_minutes() > 0 && minutes >= options_.every_n_minutes();
+  // Clocks differ between ranks: rank 0's decides, so that every rank keeps the same cadence.
+  if (options_.every_n_minutes() > 0 && trainer_->world_size() > 1) by_time = trainer_->communicator().any(by_time && trainer_->rank() == 0);
   if (by_steps || by_time) save(s);
 }
 
@@ -125,12 +130,16 @@ void CheckpointPolicy::on_epoch_end(const TrainerState& state) {
 }
 
 std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& state) {
+  if (!options_.on_signal() || trainer_ == nullptr) return std::nullopt;
   const int signal = preemption::requested();
-  if (!options_.on_signal() || signal == 0) return std::nullopt;
+  // A signal may reach the ranks at different steps: when any rank has one, all save and stop.
+  const bool any_signal = trainer_->world_size() > 1 ? trainer_->communicator().any(signal != 0) : signal != 0;
+  if (!any_signal) return std::nullopt;
   save(state);
   wait();  // the process may be killed soon after: the checkpoint must be on disk first
   preemption::clear();
-  return c10::str("pre-empted by ", signal == SIGTERM ? "SIGTERM" : "SIGUSR1", ": checkpoint of step ", state.step,
+  const char* by = signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a signal to another rank";
+  return c10::str("pre-empted by ", by, ": checkpoint of step ", state.step,
                   " written, the next start resumes from it");
 }
 

@@ -98,6 +98,20 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("early_stopping.grace_evaluations", e.grace_evaluations(), "Evaluations before it may stop the run");
   config.add_check("early_stopping", [&e] { e.validate(); });
 
+  CommunicatorOptions& comm = o.communicator;
+  config.bind("distributed.backend", comm.backend(), "Collectives between processes: auto (nccl on GPUs, else gloo)",
+              {"auto", "gloo", "nccl"});
+  config.bind("distributed.timeout_seconds", comm.timeout_seconds(), "How long to wait for a peer before failing");
+  config.add_check("distributed", [&comm] { comm.validate(); });
+  DataParallelOptions& dp = o.data_parallel;
+  config.bind("distributed.bucket_cap_mb", dp.bucket_cap_mb(), "Gradient megabytes per all-reduce");
+  config.bind("distributed.overlap", dp.overlap(), "All-reduce each bucket during backward");
+  config.bind_enum("distributed.buffers", dp.buffers(),
+                   {{"broadcast", BufferSync::broadcast}, {"average", BufferSync::average}, {"off", BufferSync::off}},
+                   "Buffers (BatchNorm statistics) at each step: rank 0's, the mean, or left alone");
+  config.bind("distributed.log_all_ranks", dp.log_all_ranks(), "Info-level logs from every rank, not only rank 0");
+  config.add_check("distributed", [&dp] { dp.validate(); });
+
   config.bind_enum("log.level", o.log_level,
                    {{"trace", log::Level::trace}, {"debug", log::Level::debug}, {"info", log::Level::info},
                     {"warn", log::Level::warn}, {"error", log::Level::error}, {"off", log::Level::off}},
@@ -108,6 +122,12 @@ void add_policies(Trainer& trainer, const StandardOptions& options, const std::s
   // The smoke test runs in on_fit_begin, before any other policy's state matters.
   if (options.smoke_test.mode() != SmokeTestMode::off) {
     trainer.add_policy(std::make_shared<SmokeTestPolicy>(options.smoke_test));
+  }
+  // After the smoke test: a rank whose smoke test fails exits before the first collective, and
+  // the others then fail promptly instead of training without it.
+  const World world = detect_world(process_environment());
+  if (world.world_size > 1) {
+    trainer.add_policy(std::make_shared<DataParallelPolicy>(connect(world, options.communicator), options.data_parallel));
   }
   if (options.accumulation.steps() > 1 || options.accumulation.effective_batch_size() > 0) {
     trainer.add_policy(std::make_shared<GradientAccumulationPolicy>(options.accumulation));

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "frugal/distributed/communicator.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 
@@ -32,6 +33,7 @@ Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<c
       make_optimizer_(std::move(make_optimizer)),
       options_(std::move(options)),
       train_loader_(std::move(train_data), data_options),
+      communicator_(std::make_shared<SingleProcessCommunicator>()),
       device_(torch::kCPU) {
   options_.validate();
   if (!make_optimizer_) throw OptionError("make_optimizer", "Trainer: an optimizer factory is required");
@@ -46,9 +48,13 @@ Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<c
 
 Trainer::~Trainer() = default;
 
+int64_t Trainer::rank() const { return communicator_->rank(); }
+int64_t Trainer::world_size() const { return communicator_->world_size(); }
+
 void Trainer::set_validation_data(std::shared_ptr<const Dataset> data) {
   DataLoaderOptions opts = train_loader_.options();
-  opts.shuffle(false).drop_last(false).num_replicas(1).rank(0);
+  // Each rank validates its own share, with no example twice; the sums are added across ranks.
+  opts.shuffle(false).drop_last(false).num_replicas(world_size()).rank(rank()).even_shards(false);
   if (options_.validation_batch_size() > 0) opts.batch_size(options_.validation_batch_size());
   validation_loader_ = std::make_unique<DataLoader>(std::move(data), opts);
 }
@@ -64,6 +70,20 @@ void Trainer::add_policy(std::shared_ptr<Policy> policy) {
     if (p->name() == policy->name()) {
       throw OptionError("policy", "Trainer::add_policy: a policy named '" + policy->name() + "' was already added");
     }
+  }
+  if (auto communicator = policy->communicator()) {
+    if (communicator_->world_size() > 1 || std::dynamic_pointer_cast<SingleProcessCommunicator>(communicator_) == nullptr) {
+      throw OptionError("policy", "Trainer::add_policy: '" + policy->name() +
+                                      "' brings a communicator but another policy already did");
+    }
+    const int64_t replicas = train_loader_.options().num_replicas();
+    if (replicas != 1 && replicas != communicator->world_size()) {
+      throw OptionError("num_replicas", c10::str("data num_replicas is ", replicas, " but the world has ",
+                                                 communicator->world_size(), " ranks: leave it at 1, the Trainer shards"));
+    }
+    communicator_ = std::move(communicator);
+    train_loader_.shard(world_size(), rank());
+    if (validation_loader_) validation_loader_->shard(world_size(), rank());
   }
   policies_.push_back(std::move(policy));
 }
@@ -81,9 +101,11 @@ FitResult Trainer::fit() {
   if (!options_.run_dir().empty()) {
     const std::filesystem::path run_dir(options_.run_dir());
     std::filesystem::create_directories(run_dir);
-    log::add_file_sink(run_dir / "train.log");
-    file_sink_open = true;
-    metrics_log_ = MetricsLog(run_dir / "metrics.jsonl");
+    if (rank() == 0) {  // one log and one metrics file per run, not per process
+      log::add_file_sink(run_dir / "train.log");
+      file_sink_open = true;
+      metrics_log_ = MetricsLog(run_dir / "metrics.jsonl");
+    }
   }
   for (auto& p : policies_) {
     if (auto snapshot = p->resume_from(*this)) {
@@ -110,7 +132,9 @@ FitResult Trainer::fit() {
   result.state = state_;
   result.train_loss = last_window_loss_;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start).count();
-  result.samples_per_second = static_cast<double>(state_.samples_seen - samples_at_start) / std::max(1e-9, result.seconds);
+  // Of the whole job: every rank reads an equal share.
+  result.samples_per_second = static_cast<double>((state_.samples_seen - samples_at_start) * world_size()) /
+                              std::max(1e-9, result.seconds);
   log::info(c10::str("fit done: ", state_.step, " steps (", state_.skipped_steps, " skipped), ", state_.epoch,
                      " epochs, ", result.seconds, " s", state_.stop_reason ? ", stopped: " + *state_.stop_reason : ""));
   return result;
@@ -217,10 +241,16 @@ void Trainer::apply_lr_schedule() {
 }
 
 void Trainer::log_training() {
-  const double loss = window_loss_sum_.item<double>() / static_cast<double>(window_micro_steps_);
+  // Loss and throughput of the whole job: summed across ranks (every rank logs at the same step).
+  const torch::Tensor window =
+      sum_across_ranks(torch::stack({window_loss_sum_.to(torch::kDouble).reshape({}),
+                                     torch::tensor(static_cast<double>(window_micro_steps_), torch::kDouble).to(device_),
+                                     torch::tensor(static_cast<double>(window_samples_), torch::kDouble).to(device_)}))
+          .cpu();
+  const double loss = window[0].item<double>() / window[1].item<double>();
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - window_start_).count();
-  const double samples_per_s = static_cast<double>(window_samples_) / std::max(1e-9, seconds);
+  const double samples_per_s = window[2].item<double>() / std::max(1e-9, seconds);
   last_window_loss_ = loss;
   std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
                                                      {"epoch", static_cast<double>(state_.epoch)},
@@ -246,6 +276,10 @@ void Trainer::log_training() {
 
 Metrics Trainer::validate() {
   if (!validation_loader_) throw TrainingError("Trainer::validate: no validation data was set");
+  if (validation_loader_->dataset().size() < world_size()) {
+    throw TrainingError(c10::str("the validation set has ", validation_loader_->dataset().size(),
+                                 " examples, fewer than the ", world_size(), " ranks that share it"));
+  }
   torch::NoGradGuard no_grad;
   model_.module().eval();
   std::map<std::string, torch::Tensor> sums;
@@ -274,8 +308,15 @@ Metrics Trainer::validate() {
     examples += on_device.size();
   }
   validated_at_step_ = state_.step;
+  // One collective for all the sums and the example count (names are sorted alike on every rank).
+  std::vector<torch::Tensor> parts;
+  for (auto& [name, sum] : sums) parts.push_back(sum.reshape({1}));
+  parts.push_back(torch::tensor({static_cast<double>(examples)}, torch::kDouble).to(device_));
+  const torch::Tensor totals = sum_across_ranks(torch::cat(parts)).cpu();
+  const double total_examples = std::max(1.0, totals[totals.size(0) - 1].item<double>());
   Metrics result;
-  for (auto& [name, sum] : sums) result[name] = sum.item<double>() / static_cast<double>(std::max<int64_t>(1, examples));
+  int64_t i = 0;
+  for (auto& [name, sum] : sums) result[name] = totals[i++].item<double>() / total_examples;
   state_.last_validation = result;
 
   std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
@@ -293,14 +334,25 @@ Metrics Trainer::validate() {
 }
 
 void Trainer::maybe_stop() {
-  if (stopping()) return;
+  if (stopping()) return;  // max_steps: reached on every rank at the same step
+  // Every policy is asked, also after one gave a reason, so that collectives inside should_stop
+  // run on every rank alike; then the ranks agree, so that all stop at the same step.
+  std::optional<std::string> reason;
   for (auto& p : policies_) {
-    if (auto reason = p->should_stop(state_)) {
-      state_.stop_reason = p->name() + ": " + *reason;
-      log::info("stopping: " + *state_.stop_reason);
-      return;
-    }
+    auto why = p->should_stop(state_);
+    if (why && !reason) reason = p->name() + ": " + *why;
   }
+  if (world_size() > 1 && communicator_->any(reason.has_value()) && !reason) reason = "another rank stopped the run";
+  if (!reason) return;
+  state_.stop_reason = std::move(reason);
+  log::info("stopping: " + *state_.stop_reason);
+}
+
+torch::Tensor Trainer::sum_across_ranks(torch::Tensor values) const {
+  if (world_size() == 1) return values;
+  std::vector<torch::Tensor> tensors{values.contiguous()};
+  communicator_->all_reduce(tensors);
+  return tensors[0];
 }
 
 }  // namespace frugal

@@ -32,8 +32,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 int64_t DataLoader::examples_per_epoch() const {
   // Like DistributedSampler without drop_last: pad by wrapping around so every replica gets
   // the same number of examples (and so takes the same number of steps).
-  const int64_t n = dataset_->size();
-  return (n + options_.num_replicas() - 1) / options_.num_replicas();
+  const int64_t n = dataset_->size(), replicas = options_.num_replicas();
+  if (!options_.even_shards()) return n / replicas + (options_.rank() < n % replicas ? 1 : 0);
+  return (n + replicas - 1) / replicas;
 }
 
 int64_t DataLoader::batches_per_epoch() const {
@@ -72,6 +73,14 @@ std::optional<Batch> DataLoader::next() {
   const int64_t end = std::min<int64_t>(begin + b, static_cast<int64_t>(order_.size()));
   ++batch_index_;
   return dataset_->get_batch(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end));
+}
+
+void DataLoader::shard(int64_t num_replicas, int64_t rank) {
+  DataLoaderOptions options = options_;
+  options.num_replicas(num_replicas).rank(rank);
+  options.validate();
+  options_ = options;
+  start_epoch(epoch_);
 }
 
 void DataLoader::restore(const DataPosition& position) {

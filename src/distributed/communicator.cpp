@@ -3,6 +3,7 @@
 
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -25,10 +26,53 @@ void CommunicatorOptions::validate() const {
 
 namespace {
 
+struct CompletedCollective : PendingCollective {
+  void wait() override {}
+};
+
+// c10d errors carry a C++ backtrace that says nothing to a user; keep the message.
+std::string message_of(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return c10_error ? c10_error->what_without_backtrace() : e.what();
+}
+
+CommunicationError collective_failed(const char* what, const World& world, const std::string& backend,
+                                     const std::exception& e) {
+  return CommunicationError(c10::str(what, " on rank ", world.rank, " of ", world.world_size, " (", backend,
+                                     ") failed, a peer may have died: ", message_of(e)));
+}
+
+class C10dPending : public PendingCollective {
+ public:
+  C10dPending(c10::intrusive_ptr<c10d::Work> work, std::vector<torch::Tensor> tensors, World world, std::string backend,
+              std::chrono::milliseconds timeout)
+      : work_(std::move(work)), tensors_(std::move(tensors)), world_(std::move(world)), backend_(std::move(backend)),
+        timeout_(timeout) {}
+  void wait() override {
+    if (!work_) return;
+    try {
+      work_->wait(timeout_);
+    } catch (const std::exception& e) {
+      throw collective_failed("all_reduce", world_, backend_, e);
+    }
+    work_.reset();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<torch::Tensor> tensors_;  // alive until the collective is done
+  World world_;
+  std::string backend_;
+  std::chrono::milliseconds timeout_;
+};
+
 class C10dCommunicator : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, const World& world, std::chrono::milliseconds timeout)
-      : backend_(std::move(backend)), world_(world), timeout_(timeout) {}
+  // `control` carries any(): a gloo group (host-side; gloo's own group, or one beside NCCL), or
+  // null to use `backend` with a CUDA tensor.
+  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> backend, c10::intrusive_ptr<c10d::Backend> control,
+                   const World& world, std::chrono::milliseconds timeout)
+      : backend_(std::move(backend)), control_(std::move(control)), world_(world), timeout_(timeout) {}
   int64_t rank() const override { return world_.rank; }
   int64_t world_size() const override { return world_.world_size; }
   std::string backend() const override { return backend_->getBackendName(); }
@@ -40,6 +84,28 @@ class C10dCommunicator : public Communicator {
     for_each_bucket(tensors, [&](std::vector<torch::Tensor>& flat) {
       run("all_reduce", [&] { return backend_->allreduce(flat, options); });
     });
+  }
+  std::unique_ptr<PendingCollective> start_all_reduce(torch::Tensor flat, ReduceOp op) override {
+    c10d::AllreduceOptions options;
+    options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
+    options.timeout = timeout_;
+    std::vector<torch::Tensor> tensors{std::move(flat)};
+    try {
+      auto work = backend_->allreduce(tensors, options);
+      return std::make_unique<C10dPending>(std::move(work), std::move(tensors), world_, backend(), timeout_);
+    } catch (const std::exception& e) {
+      throw collective_failed("all_reduce", world_, backend(), e);
+    }
+  }
+  bool any(bool local) override {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    options.timeout = timeout_;
+    auto& channel = control_ ? control_ : backend_;
+    const torch::Device device = control_ ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, local_device());
+    std::vector<torch::Tensor> flag{torch::full({1}, local ? 1 : 0, torch::TensorOptions().dtype(torch::kInt).device(device))};
+    run("any", [&] { return channel->allreduce(flag, options); });
+    return flag[0].item<int>() != 0;
   }
   void broadcast(std::vector<torch::Tensor>& tensors, int64_t root) override {
     c10d::BroadcastOptions options;
@@ -87,23 +153,28 @@ class C10dCommunicator : public Communicator {
     try {
       launch()->wait(timeout_);
     } catch (const std::exception& e) {
-      const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-      throw CommunicationError(c10::str(what, " on rank ", world_.rank, " of ", world_.world_size, " (", backend(),
-                                        ") failed, a peer may have died: ",
-                                        c10_error ? c10_error->what_without_backtrace() : e.what()));
+      throw collective_failed(what, world_, backend(), e);
     }
+  }
+  c10::DeviceIndex local_device() const {
+    return static_cast<c10::DeviceIndex>(world_.local_rank % std::max<int64_t>(1, torch::cuda::device_count()));
   }
 
   c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<c10d::Backend> control_;
   World world_;
   std::chrono::milliseconds timeout_;
 };
 
 }  // namespace
 
+std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_all_reduce(torch::Tensor, ReduceOp) {
+  return std::make_unique<CompletedCollective>();
+}
+
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options) {
   options.validate();
-  if (world.world_size == 1) return std::make_shared<SingleProcessCommunicator>();
+  if (world.world_size == 1 && options.backend() == "auto") return std::make_shared<SingleProcessCommunicator>();
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds() * 1000.0));
   std::string name = options.backend();
   if (name == "auto") name = torch::cuda::is_available() ? "nccl" : "gloo";
@@ -122,9 +193,19 @@ std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOpti
                                       world.rank, " of ", world.world_size, ": ", e.what()));
   }
   auto backend = name == "nccl" ? detail::make_nccl_backend(store, world, timeout) : detail::make_gloo_backend(store, world, timeout);
+  // Decisions (stop, pre-emption) go over a host-side gloo group beside NCCL, as torch users do
+  // with a gloo "cpu group": reading a flag from a GPU would wait for all work queued before it.
+  c10::intrusive_ptr<c10d::Backend> control = name == "gloo" ? backend : nullptr;
+  if (name == "nccl") {
+    try {
+      control = detail::make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("frugal_control", store), world, timeout);
+    } catch (const CommunicationError& e) {
+      log::warn(c10::str("no host-side channel beside NCCL (", e.what(), "): stop decisions will sync the GPU"));
+    }
+  }
   log::info(c10::str("rank ", world.rank, " of ", world.world_size, " connected (", name, ", launched by ",
                      world.launcher, ")"));
-  return std::make_shared<C10dCommunicator>(std::move(backend), world, timeout);
+  return std::make_shared<C10dCommunicator>(std::move(backend), std::move(control), world, timeout);
 }
 
 }  // namespace frugal

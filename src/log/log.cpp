@@ -57,6 +57,17 @@ void set_level(Level level) {
   logger().set_level(kLevels[static_cast<int>(level)]);
 }
 
+Level level() {
+  switch (logger().level()) {
+    case spdlog::level::trace: return Level::trace;
+    case spdlog::level::debug: return Level::debug;
+    case spdlog::level::info: return Level::info;
+    case spdlog::level::warn: return Level::warn;
+    case spdlog::level::err: case spdlog::level::critical: return Level::error;
+    default: return Level::off;
+  }
+}
+
 void add_file_sink(const std::filesystem::path& path) {
   spdlog::logger& l = logger();
   remove_file_sink();

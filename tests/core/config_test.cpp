@@ -155,3 +155,16 @@ TEST_CASE("add_policies switches on exactly the policies the options ask for", "
   add_policies(plain, none.options);
   CHECK(plain.policies().empty());
 }
+
+TEST_CASE("the [distributed] keys reach the communicator and data-parallel options", "[core][config]") {
+  Loaded l({"--distributed.backend=gloo", "--distributed.bucket_cap_mb=4", "--distributed.buffers=average"},
+           {"FRUGAL_DISTRIBUTED_TIMEOUT_SECONDS=30"});
+  CHECK(l.options.communicator.backend() == "gloo");
+  CHECK(l.options.communicator.timeout_seconds() == 30.0);
+  CHECK(l.options.data_parallel.bucket_cap_mb() == 4.0);
+  CHECK(l.options.data_parallel.buffers() == BufferSync::average);
+  CHECK_THAT(error_of({"--distributed.backend=mpi"}, {}), Catch::Contains("distributed.backend") && Catch::Contains("mpi"));
+  CHECK_THAT(error_of({"--distributed.bucket_cap_mb=-1"}, {}),
+             Catch::Contains("distributed.bucket_cap_mb") && Catch::Contains("got -1"));
+  CHECK_THAT(error_of({"--distributed.timeout_seconds=0"}, {}), Catch::Contains("timeout_seconds must be > 0"));
+}

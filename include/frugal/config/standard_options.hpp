@@ -13,6 +13,8 @@
 #include "frugal/config/config.hpp"
 #include "frugal/core/trainer_options.hpp"
 #include "frugal/data/data_loader.hpp"
+#include "frugal/distributed/communicator.hpp"
+#include "frugal/distributed/data_parallel.hpp"
 #include "frugal/log.hpp"
 #include "frugal/policies/early_stopping.hpp"
 #include "frugal/policies/gradient_accumulation.hpp"
@@ -35,14 +37,18 @@ struct StandardOptions {
   CheckpointOptions checkpoint;               // [checkpoint]
   bool early_stopping_enabled = false;        // [early_stopping] enabled
   EarlyStoppingOptions early_stopping;        // [early_stopping]
+  CommunicatorOptions communicator;           // [distributed]
+  DataParallelOptions data_parallel;          // [distributed]
   log::Level log_level = log::Level::info;  // [log] level
 };
 
 /// Binds every field of `options` to its "section.name" key, with validation checks.
 void bind(Config& config, StandardOptions& options);
 
-/// Adds the policies `options` switch on, in this order: smoke test, gradient accumulation,
-/// mixed precision, clipping, early stopping, checkpoint (the loss is divided by N before it is
+/// Adds the policies `options` switch on, in this order: smoke test, data parallelism (when the
+/// environment says this process is one of several: torchrun or Slurm; it connects to the
+/// others here), gradient accumulation, mixed precision, clipping, early stopping, checkpoint
+/// (the loss is divided by N before it is
 /// scaled; the gradient hooks run in the Trainer's fixed order whatever the policy order; the
 /// checkpoint comes last so that a stop decided by early stopping is saved with its counters).
 /// `resolved_config` (Config::to_toml()) is stored in each checkpoint.

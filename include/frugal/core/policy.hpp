@@ -32,6 +32,7 @@
 
 namespace frugal {
 
+class Communicator;
 class Trainer;
 
 /// Named tensors making up a policy's saved state (the checkpoint stores them).
@@ -91,12 +92,20 @@ class Policy {
 
   // -- Validation and stopping -----------------------------------------------------------
   virtual void on_validation_end(const TrainerState& /*state*/, const Metrics& /*metrics*/) {}
-  /// Asked after every optimizer step and every validation; a reason ends the fit.
+  /// Asked after every optimizer step and every validation, of every policy (each is asked,
+  /// so a policy may use collectives here); the first reason ends the fit on all ranks.
   virtual std::optional<std::string> should_stop(const TrainerState& /*state*/) { return std::nullopt; }
 
   /// At each training log line: figures to record with it (loss scale, gradient norm...).
   /// Called only every log_every_n_steps, so it may read values back from the device.
   virtual void collect_metrics(Metrics& /*metrics*/) {}
+
+  // -- Replication ------------------------------------------------------------------------
+  /// The policy that replicates training across processes (DataParallelPolicy) returns its
+  /// communicator. The Trainer then reads this rank's share of the data, averages logged and
+  /// validation figures across ranks, writes logs and metrics on rank 0 only, and takes every
+  /// stop decision on all ranks alike. At most one policy may return one.
+  virtual std::shared_ptr<Communicator> communicator() const { return nullptr; }
 
   // -- State that must survive a resume --------------------------------------------------
   virtual void save_state(StateDict& /*state*/) const {}

@@ -37,7 +37,7 @@ struct FitResult {
   TrainerState state;            // counters at the end of the fit
   double train_loss = 0.0;       // mean loss over the last logging window
   double seconds = 0.0;          // wall time of the fit
-  double samples_per_second = 0.0;
+  double samples_per_second = 0.0;  // of all ranks together
 };
 
 class Trainer {
@@ -50,7 +50,8 @@ class Trainer {
 
   void set_validation_data(std::shared_ptr<const Dataset> data);
   void set_lr_schedule(LrSchedule schedule);
-  /// Policies run in the order added within each hook point. Names must be unique.
+  /// Policies run in the order added within each hook point. Names must be unique. A policy with
+  /// a communicator (data parallelism) makes this process read its rank's share of the data.
   void add_policy(std::shared_ptr<Policy> policy);
 
   /// Trains until max_epochs, max_steps or a policy's stop; returns the final counters.
@@ -73,6 +74,13 @@ class Trainer {
   torch::Device device() const { return device_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const std::vector<std::shared_ptr<Policy>>& policies() const { return policies_; }
+  /// Optimizer-step boundaries per epoch without accumulation: batches of this rank's share.
+  int64_t batches_per_epoch() const { return train_loader_.batches_per_epoch(); }
+
+  /// The replicas this process trains with (a single-process no-op unless a policy brought one).
+  Communicator& communicator() const { return *communicator_; }
+  int64_t rank() const;
+  int64_t world_size() const;
 
  private:
   void train_epoch();
@@ -82,6 +90,8 @@ class Trainer {
   void apply_lr_schedule();
   void log_training();
   void maybe_stop();
+  /// Sums `values` (one tensor on the training device) across ranks; a no-op alone.
+  torch::Tensor sum_across_ranks(torch::Tensor values) const;
   bool stopping() const { return state_.stop_reason.has_value(); }
 
   Model model_;
@@ -93,6 +103,7 @@ class Trainer {
   std::vector<double> base_lrs_;
   LrSchedule lr_schedule_;
   std::vector<std::shared_ptr<Policy>> policies_;
+  std::shared_ptr<Communicator> communicator_;
   torch::Device device_;
   TrainerState state_;
   MetricsLog metrics_log_;

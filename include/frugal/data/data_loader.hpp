@@ -28,6 +28,10 @@ struct DataLoaderOptions {
   TORCH_ARG(int64_t, seed) = 0;
   TORCH_ARG(int64_t, num_replicas) = 1;
   TORCH_ARG(int64_t, rank) = 0;
+  /// With replicas: pad by wrapping around so every replica gets the same number of examples
+  /// (training: every replica takes the same steps). false: no example twice, shares differ by
+  /// at most one (evaluation, where results are summed across replicas).
+  TORCH_ARG(bool, even_shards) = true;
 
  public:  // TORCH_ARG leaves the struct in private:
   /// Throws OptionError naming the bad field and value.
@@ -60,6 +64,8 @@ class DataLoader {
   DataPosition position() const { return {epoch_, batch_index_, options_.seed()}; }
   /// Continues from `position`; throws OptionError if it does not fit this loader.
   void restore(const DataPosition& position);
+  /// Reads replica `rank`'s share of num_replicas from now on (rewinds the current epoch).
+  void shard(int64_t num_replicas, int64_t rank);
 
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }

@@ -29,6 +29,15 @@ class CommunicationError : public Error {
 
 enum class ReduceOp { sum, max };
 
+/// A collective in flight (Communicator::start_all_reduce). wait() returns once its result may
+/// be used on the tensor's device (for NCCL: the current CUDA stream waits, the host does not),
+/// or throws CommunicationError.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -38,9 +47,16 @@ class Communicator {
   /// Reduces each tensor across ranks, in place, and waits for the result. Tensors of one device
   /// and dtype are flattened into one buffer and reduced with one collective.
   virtual void all_reduce(std::vector<torch::Tensor>& tensors, ReduceOp op = ReduceOp::sum) = 0;
+  /// Starts reducing one contiguous tensor in place across ranks and returns without waiting:
+  /// data-parallel training overlaps it with the rest of the backward pass. Every rank must start
+  /// its collectives in the same order.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce(torch::Tensor flat, ReduceOp op = ReduceOp::sum) = 0;
   /// Overwrites each tensor with rank `root`'s.
   virtual void broadcast(std::vector<torch::Tensor>& tensors, int64_t root = 0) = 0;
   virtual void barrier() = 0;
+  /// True if `local` is true on any rank: how replicas agree on a decision (stop, pre-emption).
+  /// Travels over a host-side (gloo) channel where there is one, so it never waits for a GPU.
+  virtual bool any(bool local) = 0;
 };
 
 class SingleProcessCommunicator : public Communicator {
@@ -49,8 +65,10 @@ class SingleProcessCommunicator : public Communicator {
   int64_t world_size() const override { return 1; }
   std::string backend() const override { return "single"; }
   void all_reduce(std::vector<torch::Tensor>&, ReduceOp) override {}
+  std::unique_ptr<PendingCollective> start_all_reduce(torch::Tensor, ReduceOp) override;
   void broadcast(std::vector<torch::Tensor>&, int64_t) override {}
   void barrier() override {}
+  bool any(bool local) override { return local; }
 };
 
 struct CommunicatorOptions {
@@ -63,8 +81,9 @@ struct CommunicatorOptions {
   void validate() const;
 };
 
-/// A single-process communicator for a world of one; otherwise rendezvous through a TCP store at
-/// world.master_addr:master_port and the chosen c10d backend.
+/// For a world of one with backend "auto", a single-process communicator; otherwise rendezvous
+/// through a TCP store at world.master_addr:master_port and the chosen c10d backend (a world of
+/// one with an explicit backend runs the real backend: the GPU check exercises NCCL that way).
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options = {});
 
 }  // namespace frugal

@@ -1,0 +1,72 @@
+#pragma once
+// Data-parallel training: every rank holds the whole model, trains on its own share of each
+// epoch, and averages gradients with the others before each optimizer step, as PyTorch's
+// DistributedDataParallel does. Parameters and buffers start from rank 0's. Gradients travel in
+// buckets of about bucket_cap_mb, each bucket's all-reduce launched during backward as soon as
+// its last gradient is ready, so communication overlaps the rest of the backward pass; micro-
+// steps of gradient accumulation that end without an optimizer step communicate nothing.
+// Because the overflow check of fp16 training and clipping run on the averaged gradients, every
+// rank takes the same skip/step decision. Buffers (BatchNorm running statistics) are made equal
+// at each optimizer step: rank 0's are broadcast, or all are averaged.
+//
+//   auto comm = frugal::connect(frugal::detect_world(frugal::process_environment()));
+//   trainer.add_policy(std::make_shared<frugal::DataParallelPolicy>(comm));
+//   trainer.fit();   // launched with: torchrun --nproc-per-node=8 --no-python ./train
+
+#include <torch/arg.h>
+
+#include <memory>
+#include <string>
+
+#include "frugal/core/policy.hpp"
+#include "frugal/distributed/communicator.hpp"
+
+namespace frugal {
+
+namespace detail {
+class GradientBuckets;
+}
+
+/// What keeps buffers (BatchNorm running mean/var) equal across ranks.
+enum class BufferSync { broadcast, average, off };
+
+struct DataParallelOptions {
+  /// Gradient bytes per all-reduce.
+  TORCH_ARG(double, bucket_cap_mb) = 25.0;
+  /// Launch each bucket during backward; off: all at once after backward (for measuring overlap).
+  TORCH_ARG(bool, overlap) = true;
+  /// broadcast: rank 0's buffers, as DistributedDataParallel; average: the mean over ranks.
+  TORCH_ARG(BufferSync, buffers) = BufferSync::broadcast;
+  /// Log at info level on every rank; by default ranks other than 0 log warnings and errors only.
+  TORCH_ARG(bool, log_all_ranks) = false;
+
+ public:  // TORCH_ARG leaves the struct in private:
+  void validate() const;
+};
+
+class DataParallelPolicy : public Policy {
+ public:
+  explicit DataParallelPolicy(std::shared_ptr<Communicator> communicator, DataParallelOptions options = {});
+  ~DataParallelPolicy() override;
+  std::string name() const override { return "data_parallel"; }
+  std::shared_ptr<Communicator> communicator() const override { return communicator_; }
+
+  void on_fit_begin(const Trainer& trainer) override;
+  void on_fit_end(const Trainer& trainer) override;
+  torch::Tensor transform_loss(StepContext& ctx, torch::Tensor loss) override;
+  void reduce_gradients(StepContext& ctx) override;
+
+  /// Buckets the gradients travel in (known once the fit began).
+  int64_t bucket_count() const;
+  const DataParallelOptions& options() const { return options_; }
+
+ private:
+  void check_replicas_agree(const Trainer& trainer) const;
+  void sync_buffers(torch::nn::Module& module);
+
+  std::shared_ptr<Communicator> communicator_;
+  DataParallelOptions options_;
+  std::unique_ptr<detail::GradientBuckets> buckets_;
+};
+
+}  // namespace frugal

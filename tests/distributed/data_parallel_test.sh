@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Data-parallel training across processes started by torchrun (from the pinned torch wheel), as
+# users launch jobs. One scenario per ctest test, so they run side by side:
+#   data_parallel_test.sh PROBE PYTHON WORK_DIR SCENARIO
+set -uo pipefail
+probe="$1"; python="$2"; work="$3"; scenario="$4"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+launch() {  # nprocs, probe args...
+  local n="$1"; shift
+  timeout 180 "$python" -m torch.distributed.run --standalone --nproc-per-node="$n" --no-python "$probe" "$@" 2>&1
+}
+expect_all() {  # output, nprocs, pattern: every rank printed the pattern
+  [ "$(echo "$1" | grep -c "$3")" -eq "$2" ] || fail "not every one of $2 ranks printed '$3': $1"
+}
+
+case "$scenario" in
+parity)
+  for setup in "2 accumulate=1" "2 accumulate=4" "3 accumulate=4" "2 accumulate=3 overlap=false"; do
+    set -- $setup
+    n="$1"; shift
+    out=$(launch "$n" parity "$@") || fail "$n processes, $*: $out"
+    expect_all "$out" "$n" "parity ok"
+    echo "$out" | grep "parity ok" | head -1
+    echo "ok: $n processes, $*"
+  done ;;
+overflow)
+  out=$(launch 2 overflow) || fail "$out"
+  expect_all "$out" 2 "overflow ok: skipped 1 of"
+  echo "ok: an overflow on rank 1 alone is skipped by both ranks" ;;
+buffers)
+  for how in broadcast average; do
+    out=$(launch 2 buffers buffers=$how) || fail "$how: $out"
+    expect_all "$out" 2 "buffers $how ok, equal on all ranks: yes"
+    echo "ok: buffers $how"
+  done
+  # The check must be able to fail: left alone, the ranks' statistics drift apart.
+  out=$(launch 2 buffers buffers=off) || fail "off: $out"
+  expect_all "$out" 2 "buffers off ok, equal on all ranks: no"
+  echo "ok: without synchronisation the buffers differ" ;;
+die)
+  out=$(launch 3 die)
+  echo "$out" | grep -q "rank 0: failed after" || fail "rank 0 did not fail promptly when rank 1 died: $out"
+  echo "$out" | grep -q "rank 2: failed after" || fail "rank 2 did not fail promptly when rank 1 died: $out"
+  echo "$out" | grep -q "a peer may have died" || fail "the error does not say what happened: $out"
+  echo "ok: a dead rank makes the others fail" ;;
+resume)
+  whole=$(launch 2 resume dir=whole max_steps=12) || fail "uninterrupted: $whole"
+  first=$(launch 2 resume dir=split max_steps=6) || fail "first half: $first"
+  expect_all "$first" 2 "stopped at step 6"
+  second=$(launch 2 resume dir=split max_steps=12) || fail "second half: $second"
+  expect_all "$second" 2 "stopped at step 12"
+  for r in 0 1; do
+    a=$(echo "$whole" | grep "rank $r: digest"); b=$(echo "$second" | grep "rank $r: digest")
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "rank $r resumed to other weights: '$a' vs '$b'"
+  done
+  echo "ok: resumed from a 2-process checkpoint, bitwise equal to an uninterrupted run"
+  other=$(launch 3 resume dir=split max_steps=18)
+  echo "$other" | grep -q "world size 2 and this run has 3" || fail "a 3-process resume was not refused clearly: $other"
+  echo "ok: resuming on another world size is refused" ;;
+preempt)
+  out=$(launch 2 preempt dir=run max_steps=12) || fail "$out"
+  expect_all "$out" 2 "stopped at step 4: checkpoint: pre-empted"
+  echo "$out" | grep -q "latest checkpoint .*0*4$" || fail "rank 0 wrote no checkpoint of step 4: $out"
+  echo "ok: a signal to one rank stops every rank at the same step, with a checkpoint" ;;
+*) fail "unknown scenario $scenario" ;;
+esac
+echo PASS
