@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string out = argv[1], device_name = argc > 2 ? argv[2] : "cpu", backend = argc > 3 ? argv[3] : "gloo";
+    if (device_name == "cuda" && !torch::cuda::is_available()) {
+      std::cout << "SKIPPED: no CUDA device here\n";
+      return 0;
+    }
     const World world = detect_world(process_environment());
     const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, world.local_rank) : torch::Device(torch::kCPU);
     torch::set_num_threads(1);
