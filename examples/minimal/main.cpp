@@ -103,7 +103,13 @@ int run(int argc, char** argv) {
   }, train, options.trainer, options.data);
   trainer.set_validation_data(validation);
   auto schedule = [&] {  // over the optimizer steps of this rank's share of the data
-    const int64_t total_steps = options.trainer.max_epochs() * trainer.batches_per_epoch();
+    const auto& acc = options.accumulation;
+    const int64_t accumulate = acc.effective_batch_size() > 0
+                                   ? frugal::accumulation_steps_for(acc.effective_batch_size(), options.data.batch_size(),
+                                                                    trainer.world_size())
+                                   : acc.steps();
+    // A partial window at an epoch's end still steps.
+    const int64_t total_steps = options.trainer.max_epochs() * ((trainer.batches_per_epoch() + accumulate - 1) / accumulate);
     trainer.set_lr_schedule(frugal::lr::cosine(total_steps / 20, std::max<int64_t>(total_steps, total_steps / 20 + 1), 0.05));
   };
 
