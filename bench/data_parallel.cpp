@@ -10,7 +10,6 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -37,8 +36,7 @@ double median_seconds(int reps, const torch::Device& device, Body body) {
     synchronize(device);
     if (i >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
-  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-  return times[times.size() / 2];
+  return bench::median(times);
 }
 
 void bench_allreduce(Communicator& comm, const torch::Device& device, const std::string& out, const std::string& command) {
@@ -84,29 +82,21 @@ double step_seconds(const std::shared_ptr<Communicator>& comm, bool overlap, dou
 void bench_step(const std::shared_ptr<Communicator>& comm, const torch::Device& device, const std::string& out,
                 const std::string& command) {
   const bench::Workload w = bench::make_workload();
-  // Interleaved rounds, medians per variant: the machine's drift hits all three alike.
   // The model's 1.6 MB of gradients make one bucket at the default 25 MB; 0.25 MB buckets (7)
-  // measure what overlapping them with backward gains.
-  std::vector<double> alone, whole, overlapped, after;
-  for (int round = 0; round < 5; ++round) {
-    alone.push_back(step_seconds(nullptr, true, 25.0, device, w, 30));
-    whole.push_back(step_seconds(comm, true, 25.0, device, w, 30));
-    overlapped.push_back(step_seconds(comm, true, 0.25, device, w, 30));
-    after.push_back(step_seconds(comm, false, 0.25, device, w, 30));
-  }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
+  // measure what overlapping them with backward gains. Every rank runs the same rounds.
+  const auto whole = bench::compare_interleaved(5, [&] { return step_seconds(nullptr, true, 25.0, device, w, 30); },
+                                                [&] { return step_seconds(comm, true, 25.0, device, w, 30); });
+  const auto overlap = bench::compare_interleaved(5, [&] { return step_seconds(comm, false, 0.25, device, w, 30); },
+                                                  [&] { return step_seconds(comm, true, 0.25, device, w, 30); });
   if (comm->rank() != 0) return;
   const std::string suffix = c10::str("_", comm->backend(), "_", comm->world_size(), "ranks");
-  bench::append(out, {"data_parallel_step" + suffix, median(whole) * 1e3, "ms/step (baseline: the same step alone)",
-                      median(alone) * 1e3, command});
-  bench::append(out, {"data_parallel_overlap" + suffix, median(overlapped) * 1e3,
-                      "ms/step, 0.25 MB buckets (baseline: all reduced after backward)", median(after) * 1e3, command});
-  std::cout << "step: alone " << median(alone) * 1e3 << " ms, data-parallel " << median(whole) * 1e3
-            << " ms (one bucket); 0.25 MB buckets: " << median(overlapped) * 1e3 << " ms overlapped, "
-            << median(after) * 1e3 << " ms after backward" << std::endl;
+  bench::append(out, {"data_parallel_step" + suffix, whole.candidate * 1e3, "ms/step (baseline: the same step alone)",
+                      whole.baseline * 1e3, command});
+  bench::append(out, {"data_parallel_overlap" + suffix, overlap.candidate * 1e3,
+                      "ms/step, 0.25 MB buckets (baseline: all reduced after backward)", overlap.baseline * 1e3, command});
+  std::cout << "step: alone " << whole.baseline * 1e3 << " ms, data-parallel " << whole.candidate * 1e3
+            << " ms (one bucket); 0.25 MB buckets: " << overlap.candidate * 1e3 << " ms overlapped, "
+            << overlap.baseline * 1e3 << " ms after backward" << std::endl;
 }
 
 }  // namespace

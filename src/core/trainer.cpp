@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -72,9 +73,12 @@ void Trainer::add_policy(std::shared_ptr<Policy> policy) {
     }
   }
   if (auto communicator = policy->communicator()) {
-    if (communicator_->world_size() > 1 || std::dynamic_pointer_cast<SingleProcessCommunicator>(communicator_) == nullptr) {
-      throw OptionError("policy", "Trainer::add_policy: '" + policy->name() +
-                                      "' brings a communicator but another policy already did");
+    for (const auto& p : policies_) {
+      if (p->communicator()) {
+        throw OptionError("policy", "Trainer::add_policy: '" + policy->name() +
+                                        "' brings a communicator but another policy already did ('" +
+                                        p->name() + "')");
+      }
     }
     const int64_t replicas = train_loader_.options().num_replicas();
     if (replicas != 1 && replicas != communicator->world_size()) {
@@ -242,15 +246,12 @@ void Trainer::apply_lr_schedule() {
 
 void Trainer::log_training() {
   // Loss and throughput of the whole job: summed across ranks (every rank logs at the same step).
-  const torch::Tensor window =
-      sum_across_ranks(torch::stack({window_loss_sum_.to(torch::kDouble).reshape({}),
-                                     torch::tensor(static_cast<double>(window_micro_steps_), torch::kDouble).to(device_),
-                                     torch::tensor(static_cast<double>(window_samples_), torch::kDouble).to(device_)}))
-          .cpu();
-  const double loss = window[0].item<double>() / window[1].item<double>();
+  const std::vector<double> window = sum_across_ranks(
+      {window_loss_sum_.item<double>(), static_cast<double>(window_micro_steps_), static_cast<double>(window_samples_)});
+  const double loss = window[0] / window[1];
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - window_start_).count();
-  const double samples_per_s = window[2].item<double>() / std::max(1e-9, seconds);
+  const double samples_per_s = window[2] / std::max(1e-9, seconds);
   last_window_loss_ = loss;
   std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
                                                      {"epoch", static_cast<double>(state_.epoch)},
@@ -309,14 +310,14 @@ Metrics Trainer::validate() {
   }
   validated_at_step_ = state_.step;
   // One collective for all the sums and the example count (names are sorted alike on every rank).
-  std::vector<torch::Tensor> parts;
-  for (auto& [name, sum] : sums) parts.push_back(sum.reshape({1}));
-  parts.push_back(torch::tensor({static_cast<double>(examples)}, torch::kDouble).to(device_));
-  const torch::Tensor totals = sum_across_ranks(torch::cat(parts)).cpu();
-  const double total_examples = std::max(1.0, totals[totals.size(0) - 1].item<double>());
+  std::vector<double> parts;
+  for (auto& [name, sum] : sums) parts.push_back(sum.item<double>());
+  parts.push_back(static_cast<double>(examples));
+  const std::vector<double> totals = sum_across_ranks(std::move(parts));
+  const double total_examples = std::max(1.0, totals.back());
   Metrics result;
-  int64_t i = 0;
-  for (auto& [name, sum] : sums) result[name] = totals[i++].item<double>() / total_examples;
+  size_t i = 0;
+  for (auto& [name, sum] : sums) result[name] = totals[i++] / total_examples;
   state_.last_validation = result;
 
   std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
@@ -348,11 +349,14 @@ void Trainer::maybe_stop() {
   log::info("stopping: " + *state_.stop_reason);
 }
 
-torch::Tensor Trainer::sum_across_ranks(torch::Tensor values) const {
+std::vector<double> Trainer::sum_across_ranks(std::vector<double> values) const {
   if (world_size() == 1) return values;
-  std::vector<torch::Tensor> tensors{values.contiguous()};
+  // On the training device: NCCL reduces only CUDA tensors.
+  std::vector<torch::Tensor> tensors{torch::tensor(values, torch::kDouble).to(device_)};
   communicator_->all_reduce(tensors);
-  return tensors[0];
+  const torch::Tensor host = tensors[0].cpu();
+  std::copy_n(host.data_ptr<double>(), values.size(), values.begin());
+  return values;
 }
 
 }  // namespace frugal

@@ -78,33 +78,22 @@ class C10dCommunicator : public Communicator {
   std::string backend() const override { return backend_->getBackendName(); }
 
   void all_reduce(std::vector<torch::Tensor>& tensors, ReduceOp op) override {
-    c10d::AllreduceOptions options;
-    options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
-    options.timeout = timeout_;
-    for_each_bucket(tensors, [&](std::vector<torch::Tensor>& flat) {
-      run("all_reduce", [&] { return backend_->allreduce(flat, options); });
-    });
+    for_each_bucket(tensors, [&](std::vector<torch::Tensor>& flat) { start_all_reduce(flat[0], op)->wait(); });
   }
   std::unique_ptr<PendingCollective> start_all_reduce(torch::Tensor flat, ReduceOp op) override {
-    c10d::AllreduceOptions options;
-    options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
-    options.timeout = timeout_;
     std::vector<torch::Tensor> tensors{std::move(flat)};
     try {
-      auto work = backend_->allreduce(tensors, options);
+      auto work = backend_->allreduce(tensors, reduce_options(op));
       return std::make_unique<C10dPending>(std::move(work), std::move(tensors), world_, backend(), timeout_);
     } catch (const std::exception& e) {
       throw collective_failed("all_reduce", world_, backend(), e);
     }
   }
   bool any(bool local) override {
-    c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::MAX;
-    options.timeout = timeout_;
     auto& channel = control_ ? control_ : backend_;
     const torch::Device device = control_ ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, local_device());
     std::vector<torch::Tensor> flag{torch::full({1}, local ? 1 : 0, torch::TensorOptions().dtype(torch::kInt).device(device))};
-    run("any", [&] { return channel->allreduce(flag, options); });
+    run("any", [&] { return channel->allreduce(flag, reduce_options(ReduceOp::max)); });
     return flag[0].item<int>() != 0;
   }
   void broadcast(std::vector<torch::Tensor>& tensors, int64_t root) override {
@@ -122,6 +111,12 @@ class C10dCommunicator : public Communicator {
   }
 
  private:
+  c10d::AllreduceOptions reduce_options(ReduceOp op) const {
+    c10d::AllreduceOptions options;
+    options.reduceOp = op == ReduceOp::sum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
+    options.timeout = timeout_;
+    return options;
+  }
   // c10d takes one tensor per collective (a list means one per device), so tensors of the same
   // device and dtype travel together, flattened into one buffer: one collective per group.
   template <class Collective>

@@ -90,8 +90,8 @@ class Trainer {
   void apply_lr_schedule();
   void log_training();
   void maybe_stop();
-  /// Sums `values` (one tensor on the training device) across ranks; a no-op alone.
-  torch::Tensor sum_across_ranks(torch::Tensor values) const;
+  /// Sums `values` across ranks (one collective); a no-op alone.
+  std::vector<double> sum_across_ranks(std::vector<double> values) const;
   bool stopping() const { return state_.stop_reason.has_value(); }
 
   Model model_;
