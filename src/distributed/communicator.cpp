@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <csignal>
 #include <map>
 
 #include "distributed/c10d_backends.hpp"
@@ -170,6 +171,12 @@ std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_all_reduce(t
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options) {
   options.validate();
   if (world.world_size == 1 && options.backend() == "auto") return std::make_shared<SingleProcessCommunicator>();
+  // When a peer dies, a write to its socket raises SIGPIPE, whose default action kills this
+  // process before the backend can report the error (seen in CI as exit code -13). Python
+  // ignores SIGPIPE at start-up, which is why torch's own jobs never meet this; we do it here,
+  // unless the program installed a handler of its own.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds() * 1000.0));
   std::string name = options.backend();
   if (name == "auto") name = torch::cuda::is_available() ? "nccl" : "gloo";

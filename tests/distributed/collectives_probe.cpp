@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <thread>
 
 #include "frugal/config/config.hpp"
 #include "frugal/distributed/communicator.hpp"
@@ -35,9 +36,12 @@ int run(int argc, char** argv) {
   if (!die) return 0;
 
   if (r == 1) return 0;  // rank 1 leaves; the others' next collective must fail, not hang
+  // Rank 1 is surely gone before the others send: a write to its closed sockets must become an
+  // error, not a SIGPIPE that kills the process (found under load in CI).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto start = std::chrono::steady_clock::now();
   try {
-    std::vector<torch::Tensor> t{torch::ones({8})};
+    std::vector<torch::Tensor> t{torch::ones({1 << 20})};
     comm->all_reduce(t);
     std::cerr << "rank " << r << ": all_reduce with a dead peer succeeded\n";
     return 1;
