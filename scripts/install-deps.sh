@@ -6,9 +6,10 @@
 set -euo pipefail
 
 TORCH_VERSION="2.11.0"          # matches the GPU machine; see docs/building.md
-PY_PACKAGES=("torch==${TORCH_VERSION}" "numpy")
+PY_PACKAGES=("torch==${TORCH_VERSION}" "numpy" "pillow==11.3.0")
 DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
-              libspdlog-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgloo-dev)
+              libspdlog-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgloo-dev
+              libarchive-dev libturbojpeg0-dev libxxhash-dev)
 VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 
 missing=()

@@ -12,6 +12,8 @@ exec > >(tee "$OUT/run.log") 2>&1
 python="${FRUGAL_GPU_PYTHON:-python3}"  # the machine's own torch
 prefix="$PWD/build/gpu-prefix"
 for deb in build/gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+# libarchive and libturbojpeg (and what libarchive links) from the carried packages.
+export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 "$python" -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.is_available())"
 
@@ -20,7 +22,8 @@ cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTH
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
   -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" -DTORCH_CUDA_ARCH_LIST=9.0 || exit 1
 cmake --build build/gpu -j "$(nproc)" --target frugal_precision_tests frugal_core_tests frugal_checkpoint_tests \
-  frugal_distributed_tests frugal_bench_gpu_precision frugal_bench_data_parallel frugal_minimal || exit 1
+  frugal_distributed_tests frugal_data_tests frugal_bench_gpu_precision frugal_bench_data_parallel \
+  frugal_bench_data_pipeline frugal_minimal || exit 1
 
 status=0
 # Every test, so the GPU-only ones run instead of skipping; the CPU ones must pass there too.
@@ -28,6 +31,12 @@ for t in core precision checkpoint distributed; do
   (cd build/gpu/tests && ./frugal_${t}_tests) > "$OUT/tests_$t.txt" 2>&1 || status=1
   tail -n 3 "$OUT/tests_$t.txt"
 done
+# Data tests without those that need Python's numpy/Pillow (the machine's python3 may lack them):
+# pinned batches and the loader's worker scaling on 16 cores.
+(cd build/gpu/tests && ./frugal_data_tests "~[python]") > "$OUT/tests_data.txt" 2>&1 || status=1
+tail -n 3 "$OUT/tests_data.txt"
+build/gpu/bench/frugal_bench_data_pipeline "$OUT/results.jsonl" build/gpu/data_pipeline > "$OUT/data_pipeline.txt" 2>&1 || status=1
+cat "$OUT/data_pipeline.txt"
 build/gpu/bench/frugal_bench_gpu_precision "$OUT/results.jsonl" || status=1
 for p in fp32 fp16 bf16; do
   build/gpu/examples/minimal/frugal_minimal --config examples/minimal/config.toml --trainer.device=cuda \

@@ -7,6 +7,8 @@
 //   build/examples/minimal/frugal_minimal --help                  # every key and its default
 //   torchrun --standalone --nproc-per-node=4 --no-python build/examples/minimal/frugal_minimal
 //                                                                 # data-parallel on 4 processes
+//   build/examples/minimal/frugal_minimal --model.shard_cache=cache --data.num_workers=2
+//                                                                 # stream the data from tar shards
 
 #include <torch/torch.h>
 
@@ -27,7 +29,37 @@ struct ModelOptions {
   int64_t classes = 3;
   double noise = 0.03;
   int64_t seed = 0;
+  std::string shard_cache;  // "" = train from memory
 };
+
+// The spirals as tar shards in a preprocessing cache keyed by how they were generated: the first
+// run writes them, later runs reuse them, a change of size, noise or seed writes new ones.
+std::pair<std::shared_ptr<const frugal::Dataset>, std::shared_ptr<const frugal::Dataset>> sharded_spirals(
+    const ModelOptions& m, const frugal::ShardedDatasetOptions& shard_options) {
+  frugal::PreprocessCache cache(m.shard_cache);
+  const frugal::CacheKey key{"minimal_spirals", 1,
+                             c10::str("train=", m.train_examples, " validation=", m.validation_examples,
+                                      " classes=", m.classes, " noise=", m.noise, " seed=", m.seed),
+                             "generated"};
+  const auto entry = cache.get_or_build(key, [&](const std::filesystem::path& dir) {
+    auto write = [&](const std::string& split, int64_t n, uint64_t seed) {
+      auto data = minimal::make_spirals(n, m.classes, m.noise, seed);
+      frugal::ShardWriter writer(dir / split, frugal::ShardWriterOptions().target_bytes(int64_t{16} << 20));
+      for (int64_t i = 0; i < n; ++i) {
+        const frugal::Batch b = data->get_batch({i});
+        writer.write({c10::str(split, "_", i), {{"npy", frugal::encode_npy(b.input[0])}, {"cls", std::to_string(b.target[0].item<int64_t>())}}});
+      }
+      writer.finish();
+    };
+    write("train", m.train_examples, static_cast<uint64_t>(m.seed) + 1);
+    write("validation", m.validation_examples, static_cast<uint64_t>(m.seed) + 2);
+  });
+  auto decode = [](const frugal::Sample& s, const frugal::SampleContext&) {
+    return frugal::Batch{frugal::decode_npy(s.field("npy"), s.key + ".npy"), torch::tensor(static_cast<int64_t>(std::stoll(s.field("cls")))), {}};
+  };
+  return {std::make_shared<frugal::ShardedDataset>(entry.dir / "train", decode, shard_options),
+          std::make_shared<frugal::ShardedDataset>(entry.dir / "validation", decode, shard_options)};
+}
 
 struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
   MlpImpl(int64_t hidden, int64_t layers, int64_t classes) : hidden_(hidden), layers_(layers), classes_(classes) { reset(); }
@@ -64,6 +96,8 @@ int run(int argc, char** argv) {
   config.bind("model.classes", m.classes, "Number of spirals");
   config.bind("model.noise", m.noise, "Gaussian noise on the points");
   config.bind("model.seed", m.seed, "Seed of the data and the initial weights");
+  config.bind("model.shard_cache", m.shard_cache,
+              "Write the spirals as tar shards into this preprocessing cache and stream them; \"\" = in memory");
   config.add_check("model", [&m] {
     if (m.hidden < 1) throw frugal::OptionError("hidden", "hidden must be >= 1, got " + std::to_string(m.hidden));
     if (m.layers < 1) throw frugal::OptionError("layers", "layers must be >= 1, got " + std::to_string(m.layers));
@@ -86,8 +120,13 @@ int run(int argc, char** argv) {
   }
 
   torch::manual_seed(static_cast<uint64_t>(m.seed));
-  auto train = minimal::make_spirals(m.train_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 1);
-  auto validation = minimal::make_spirals(m.validation_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 2);
+  std::shared_ptr<const frugal::Dataset> train, validation;
+  if (m.shard_cache.empty()) {
+    train = minimal::make_spirals(m.train_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 1);
+    validation = minimal::make_spirals(m.validation_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 2);
+  } else {
+    std::tie(train, validation) = sharded_spirals(m, options.shards);
+  }
   Mlp net(m.hidden, m.layers, m.classes);
   frugal::Model model(
       net.ptr(),

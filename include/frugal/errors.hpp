@@ -2,6 +2,7 @@
 // Frugal's exception types. Library code throws these with enough context to act on (the
 // option, key, file or module at fault); it never exits or aborts.
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +36,22 @@ class ConfigError : public Error {
 class TrainingError : public Error {
  public:
   using Error::Error;
+};
+
+/// A data file (shard, index, image, JSON, NPY...) is malformed, truncated or unsafe. `file()` names
+/// it and `offset()` is the byte offset where the problem was found (-1 when it has none).
+class DataError : public Error {
+ public:
+  DataError(std::string file, int64_t offset, const std::string& message)
+      : Error(offset >= 0 ? file + ": at byte offset " + std::to_string(offset) + ": " + message : file + ": " + message),
+        file_(std::move(file)),
+        offset_(offset) {}
+  const std::string& file() const noexcept { return file_; }
+  int64_t offset() const noexcept { return offset_; }
+
+ private:
+  std::string file_;
+  int64_t offset_;
 };
 
 }  // namespace frugal

@@ -21,7 +21,16 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("data.shuffle", d.shuffle(), "Shuffle each epoch (by seed and epoch)");
   config.bind("data.drop_last", d.drop_last(), "Drop the last, smaller batch of an epoch");
   config.bind("data.seed", d.seed(), "Seed of the data order");
+  config.bind("data.num_workers", d.num_workers(), "Threads that read, decode and collate batches ahead; 0 = none");
+  config.bind("data.prefetch_batches", d.prefetch_batches(), "Batches made ahead of training (with workers)");
   config.add_check("data", [&d] { d.validate(); });
+  ShardedDatasetOptions& sh = o.shards;
+  config.bind("data.shuffle_buffer", sh.shuffle_buffer(), "Shards: samples in the shuffle buffer (shards are permuted too)");
+  config.bind_enum("data.on_corrupt", sh.on_corrupt(), {{"error", OnCorrupt::error}, {"skip", OnCorrupt::skip}},
+                   "Shards: a corrupt sample or shard stops with its file and offset, or is counted and skipped");
+  config.bind("data.augmented_variants", sh.variants(),
+              "Shards: offline-augmented variants per sample (frugal-data augment); 0 = none");
+  config.add_check("data", [&sh] { sh.validate(); });
 
   SmokeTestOptions& s = o.smoke_test;
   config.bind_enum("smoke_test.mode", s.mode(),

@@ -39,6 +39,7 @@ Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<c
   options_.validate();
   if (!make_optimizer_) throw OptionError("make_optimizer", "Trainer: an optimizer factory is required");
   device_ = resolve_device(options_.device());
+  if (device_.is_cuda()) train_loader_.set_pin_memory(true);  // asynchronous host-to-device copies
   // The optimizer is built after the move so its state lives with the parameters.
   model_.module().to(device_);
   optimizer_ = make_optimizer_(model_.module());
@@ -124,6 +125,7 @@ FitResult Trainer::fit() {
   const int64_t samples_at_start = state_.samples_seen;
   optimizer_->zero_grad(/*set_to_none=*/true);
   window_start_ = std::chrono::steady_clock::now();
+  window_data_wait_start_ = train_loader_.wait_seconds();
 
   while (!stopping() && state_.epoch < options_.max_epochs()) {
     train_epoch();
@@ -246,18 +248,26 @@ void Trainer::apply_lr_schedule() {
 
 void Trainer::log_training() {
   // Loss and throughput of the whole job: summed across ranks (every rank logs at the same step).
-  const std::vector<double> window = sum_across_ranks(
-      {window_loss_sum_.item<double>(), static_cast<double>(window_micro_steps_), static_cast<double>(window_samples_)});
+  const double data_wait = train_loader_.wait_seconds() - window_data_wait_start_;
+  const std::vector<double> window =
+      sum_across_ranks({window_loss_sum_.item<double>(), static_cast<double>(window_micro_steps_),
+                        static_cast<double>(window_samples_), data_wait});
   const double loss = window[0] / window[1];
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - window_start_).count();
   const double samples_per_s = window[2] / std::max(1e-9, seconds);
+  // Time the loop spent waiting for its next batch: per micro-step, and as a share of the
+  // window (mean over ranks). Near 0 means the data pipeline keeps up.
+  const double data_wait_ms = 1000.0 * window[3] / window[1];
+  const double data_wait_fraction = window[3] / static_cast<double>(world_size()) / std::max(1e-9, seconds);
   last_window_loss_ = loss;
   std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
                                                      {"epoch", static_cast<double>(state_.epoch)},
                                                      {"loss", loss},
                                                      {"lr", state_.lr},
                                                      {"samples_per_s", samples_per_s},
+                                                     {"data_wait_ms", data_wait_ms},
+                                                     {"data_wait_fraction", data_wait_fraction},
                                                      {"skipped_steps", static_cast<double>(state_.skipped_steps)}};
   Metrics extra;
   for (auto& p : policies_) p->collect_metrics(extra);
@@ -268,11 +278,13 @@ void Trainer::log_training() {
   }
   metrics_log_.write("train", fields);
   log::info(c10::str("step ", state_.step, " epoch ", state_.epoch, " loss ", loss, " lr ", state_.lr, " ",
-                     static_cast<int64_t>(samples_per_s), " samples/s", extra_text));
+                     static_cast<int64_t>(samples_per_s), " samples/s data wait ",
+                     static_cast<int64_t>(100.0 * data_wait_fraction), "%", extra_text));
   window_loss_sum_ = torch::Tensor();
   window_micro_steps_ = 0;
   window_samples_ = 0;
   window_start_ = now;
+  window_data_wait_start_ = train_loader_.wait_seconds();
 }
 
 Metrics Trainer::validate() {

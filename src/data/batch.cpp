@@ -2,13 +2,24 @@
 
 namespace frugal {
 
-Batch Batch::to(const torch::Device& device, bool non_blocking) const {
-  auto move = [&](const torch::Tensor& t) {
-    return t.defined() ? t.to(device, non_blocking) : t;
-  };
-  Batch out{move(input), move(target), {}};
-  for (const auto& [name, tensor] : extra) out.extra.emplace(name, move(tensor));
+namespace {
+
+template <typename F>
+Batch map_tensors(const Batch& batch, F f) {
+  auto apply = [&](const torch::Tensor& t) { return t.defined() ? f(t) : t; };
+  Batch out{apply(batch.input), apply(batch.target), {}};
+  for (const auto& [name, tensor] : batch.extra) out.extra.emplace(name, apply(tensor));
   return out;
+}
+
+}  // namespace
+
+Batch Batch::to(const torch::Device& device, bool non_blocking) const {
+  return map_tensors(*this, [&](const torch::Tensor& t) { return t.to(device, non_blocking); });
+}
+
+Batch Batch::pin_memory() const {
+  return map_tensors(*this, [](const torch::Tensor& t) { return t.is_pinned() ? t : t.pin_memory(); });
 }
 
 }  // namespace frugal

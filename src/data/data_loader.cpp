@@ -1,11 +1,13 @@
 #include "frugal/data/data_loader.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/StringUtil.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <numeric>
 
+#include "data/detail/batch_prefetcher.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
@@ -20,13 +22,33 @@ void DataLoaderOptions::validate() const {
   if (rank() < 0 || rank() >= num_replicas()) {
     throw OptionError("rank", c10::str("rank must be in [0, ", num_replicas(), "), got ", rank()));
   }
+  if (num_workers() < 0) throw OptionError("num_workers", c10::str("num_workers must be >= 0, got ", num_workers()));
+  if (prefetch_batches() < 1) {
+    throw OptionError("prefetch_batches", c10::str("prefetch_batches must be >= 1, got ", prefetch_batches()));
+  }
 }
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(std::move(options)) {
   if (!dataset_) throw OptionError("dataset", "DataLoader: dataset is null");
   options_.validate();
+  if (options_.num_workers() > 0) {
+    prefetcher_ = std::make_unique<detail::BatchPrefetcher>(options_.num_workers(), options_.prefetch_batches());
+  }
   start_epoch(0);
+}
+
+DataLoader::~DataLoader() = default;
+DataLoader::DataLoader(DataLoader&&) noexcept = default;
+DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
+
+void DataLoader::stop_workers() {
+  if (prefetcher_) prefetcher_->cancel();
+}
+
+void DataLoader::set_pin_memory(bool pin) {
+  stop_workers();  // batches made before were not pinned
+  options_.pin_memory(pin);
 }
 
 int64_t DataLoader::examples_per_epoch() const {
@@ -44,35 +66,64 @@ int64_t DataLoader::batches_per_epoch() const {
 }
 
 void DataLoader::start_epoch(int64_t epoch) {
+  stop_workers();
   const int64_t n = dataset_->size();
-  std::vector<int64_t> all(static_cast<size_t>(n));
+  std::vector<int64_t> all;
   if (options_.shuffle()) {
-    // A generator of our own, seeded from (seed, epoch): the order never depends on how much
-    // of the global RNG the model used, and is the same on every replica.
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(
-        static_cast<uint64_t>(options_.seed()) * 1000003ULL + static_cast<uint64_t>(epoch));
-    auto perm = torch::randperm(n, gen, torch::kLong);
-    std::copy_n(perm.data_ptr<int64_t>(), n, all.begin());
+    all = dataset_->shuffled_order(options_.seed(), epoch);
+    if (static_cast<int64_t>(all.size()) != n) {
+      throw Error(c10::str("Dataset::shuffled_order returned ", all.size(), " indices for ", n, " examples"));
+    }
   } else {
+    all.resize(static_cast<size_t>(n));
     std::iota(all.begin(), all.end(), int64_t{0});
   }
   const int64_t per_replica = examples_per_epoch();
-  order_.resize(static_cast<size_t>(per_replica));
+  auto order = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(per_replica));
   for (int64_t i = 0; i < per_replica && n > 0; ++i) {
-    order_[static_cast<size_t>(i)] =
-        all[static_cast<size_t>((i * options_.num_replicas() + options_.rank()) % n)];
+    (*order)[static_cast<size_t>(i)] = all[static_cast<size_t>((i * options_.num_replicas() + options_.rank()) % n)];
   }
+  order_ = std::move(order);
   epoch_ = epoch;
   batch_index_ = 0;
 }
 
+namespace {
+
+// What making one batch needs, copied for the workers: the loader may move or change epoch
+// while they run.
+struct BatchRecipe {
+  std::shared_ptr<const Dataset> dataset;
+  std::shared_ptr<const std::vector<int64_t>> order;
+  int64_t batch_size;
+  FetchContext context;
+  bool pin_memory;
+
+  Batch operator()(int64_t batch_index) const {
+    const int64_t begin = batch_index * batch_size;
+    const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order->size()));
+    Batch batch = dataset->fetch(std::vector<int64_t>(order->begin() + begin, order->begin() + end), context);
+    return pin_memory ? batch.pin_memory() : batch;
+  }
+};
+
+}  // namespace
+
 std::optional<Batch> DataLoader::next() {
   if (!has_next()) return std::nullopt;
-  const int64_t b = options_.batch_size();
-  const int64_t begin = batch_index_ * b;
-  const int64_t end = std::min<int64_t>(begin + b, static_cast<int64_t>(order_.size()));
-  ++batch_index_;
-  return dataset_->get_batch(std::vector<int64_t>(order_.begin() + begin, order_.begin() + end));
+  const auto wait_start = std::chrono::steady_clock::now();
+  struct AddWait {
+    double& total;
+    std::chrono::steady_clock::time_point start;
+    ~AddWait() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  } add_wait{wait_seconds_, wait_start};
+  const int64_t index = batch_index_++;
+  const BatchRecipe recipe{dataset_, order_, options_.batch_size(), FetchContext{epoch_, options_.seed()},
+                           options_.pin_memory() && torch::cuda::is_available()};
+  if (!prefetcher_) return recipe(index);
+  // Started lazily, so a restore right after construction reads nothing it skips.
+  if (!prefetcher_->running()) prefetcher_->start(recipe, index, batches_per_epoch());
+  return prefetcher_->take(index);
 }
 
 void DataLoader::shard(int64_t num_replicas, int64_t rank) {

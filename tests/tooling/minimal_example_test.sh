@@ -34,6 +34,20 @@ grep -q "resumed at step 32, epoch 1" ck2.log || fail "the second start did not 
 grep -q "minimal: 64 steps" ck2.log || fail "the resumed run should end at step 64: $(tail -1 ck2.log)"
 [ "$(ls -d ck/checkpoints/ckpt-* | wc -l)" -eq 2 ] || fail "keep_last=2 not applied: $(ls ck/checkpoints)"
 
+# The same data streamed from tar shards written into a preprocessing cache, by worker threads.
+sh=(--config "$source_dir/examples/minimal/config.toml" --model.train_examples=16384 --model.validation_examples=1024
+    --trainer.device=cpu --trainer.max_epochs=3 --model.shard_cache=cache --data.num_workers=2 --trainer.log_every_n_steps=8)
+"$exe" "${sh[@]}" --trainer.run_dir=sh1 > sh1.log 2>&1 || fail "sharded run: $(tail -3 sh1.log)"
+grep -q "preprocessing cache miss" sh1.log || fail "the first sharded run did not build the cache"
+[ "$(ls cache/*/train/*.tar | wc -l)" -ge 1 ] || fail "no shards in the cache"
+grep -q '"data_wait_fraction"' sh1/metrics.jsonl || fail "no data_wait_fraction in metrics.jsonl"
+"$exe" "${sh[@]}" --trainer.run_dir=sh2 > sh2.log 2>&1 || fail "second sharded run: $(tail -3 sh2.log)"
+grep -q "preprocessing cache hit" sh2.log || fail "the second sharded run did not reuse the cache"
+acc=$(sed -n 's/.*validation accuracy \([0-9.]*\).*/\1/p' sh2.log)
+awk -v a="$acc" 'BEGIN { exit !(a > 0.85) }' || fail "sharded validation accuracy $acc <= 0.85"
+"$exe" "${sh[@]}" --trainer.run_dir=sh3 --model.noise=0.05 > sh3.log 2>&1 || fail "third sharded run: $(tail -3 sh3.log)"
+grep -q "preprocessing cache miss" sh3.log || fail "a new noise level must not reuse the cached spirals"
+
 "$exe" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
 
 set +e

@@ -13,6 +13,7 @@
 #include "frugal/config/config.hpp"
 #include "frugal/core/trainer_options.hpp"
 #include "frugal/data/data_loader.hpp"
+#include "frugal/data/sharded_dataset.hpp"
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/distributed/data_parallel.hpp"
 #include "frugal/log.hpp"
@@ -29,6 +30,7 @@ class Trainer;
 struct StandardOptions {
   TrainerOptions trainer;      // [trainer]
   DataLoaderOptions data;      // [data]
+  ShardedDatasetOptions shards;  // [data] keys of programs that read tar shards
   SmokeTestOptions smoke_test; // [smoke_test]
   MixedPrecisionOptions precision;            // [precision]
   GradientAccumulationOptions accumulation;   // [accumulation]

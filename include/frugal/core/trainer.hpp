@@ -115,6 +115,7 @@ class Trainer {
   int64_t window_micro_steps_ = 0;
   int64_t window_samples_ = 0;
   std::chrono::steady_clock::time_point window_start_;
+  double window_data_wait_start_ = 0.0;  // the loader's wait_seconds() when the window began
   double last_window_loss_ = 0.0;
 };
 

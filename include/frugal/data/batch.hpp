@@ -20,6 +20,8 @@ struct Batch {
   /// A copy with every tensor on `device`; non_blocking overlaps host-to-device copies of
   /// pinned memory with compute.
   Batch to(const torch::Device& device, bool non_blocking = false) const;
+  /// A copy in page-locked host memory (needs CUDA), so to(cuda, non_blocking) is asynchronous.
+  Batch pin_memory() const;
 };
 
 }  // namespace frugal

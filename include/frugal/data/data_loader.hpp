@@ -2,7 +2,9 @@
 // Batches over a Dataset in an order fixed by (seed, epoch), with a position that can be saved
 // and restored, so a resumed run sees exactly the batches it would have seen.
 // With num_replicas > 1 each replica (rank) reads a disjoint, equally sized share of every
-// epoch, as torch.utils.data.DistributedSampler does.
+// epoch, as torch.utils.data.DistributedSampler does. With num_workers > 0, worker threads make
+// the next batches (read, decode, collate, pin) while the current one trains; batches still come
+// out in order, so the result is the same for any number of workers.
 //
 //   frugal::DataLoader loader(dataset, frugal::DataLoaderOptions().batch_size(32).seed(7));
 //   loader.start_epoch(0);
@@ -18,6 +20,9 @@
 #include "frugal/data/dataset.hpp"
 
 namespace frugal {
+namespace detail {
+class BatchPrefetcher;
+}
 
 struct DataLoaderOptions {
   TORCH_ARG(int64_t, batch_size) = 32;
@@ -32,6 +37,14 @@ struct DataLoaderOptions {
   /// (training: every replica takes the same steps). false: no example twice, shares differ by
   /// at most one (evaluation, where results are summed across replicas).
   TORCH_ARG(bool, even_shards) = true;
+  /// Threads that make batches ahead of the training loop; 0 makes each batch on the caller's
+  /// thread when it is asked for.
+  TORCH_ARG(int64_t, num_workers) = 0;
+  /// Batches made ahead of the one being used (ready or in the making), with workers.
+  TORCH_ARG(int64_t, prefetch_batches) = 4;
+  /// Copy batches into page-locked memory in the workers, so the copy to a GPU is asynchronous
+  /// (the Trainer turns this on when it trains on CUDA).
+  TORCH_ARG(bool, pin_memory) = false;
 
  public:  // TORCH_ARG leaves the struct in private:
   /// Throws OptionError naming the bad field and value.
@@ -48,6 +61,9 @@ struct DataPosition {
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  ~DataLoader();
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
 
   /// Fixes the order of `epoch` and rewinds to its first batch.
   void start_epoch(int64_t epoch);
@@ -67,15 +83,27 @@ class DataLoader {
   /// Reads replica `rank`'s share of num_replicas from now on (rewinds the current epoch).
   void shard(int64_t num_replicas, int64_t rank);
 
+  /// Pins batches from now on (see DataLoaderOptions::pin_memory).
+  void set_pin_memory(bool pin);
+
+  /// Seconds the caller has spent inside next() waiting for batches, since construction.
+  double wait_seconds() const { return wait_seconds_; }
+
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
 
  private:
+  void stop_workers();
+
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
-  std::vector<int64_t> order_;  // this replica's example indices for the current epoch
+  // This replica's example indices for the current epoch; shared with the workers, replaced
+  // (never modified) when the epoch changes.
+  std::shared_ptr<const std::vector<int64_t>> order_;
   int64_t epoch_ = 0;
   int64_t batch_index_ = 0;
+  double wait_seconds_ = 0.0;
+  std::unique_ptr<detail::BatchPrefetcher> prefetcher_;
 };
 
 }  // namespace frugal

@@ -1,8 +1,8 @@
 #pragma once
 // Where training data comes from. A Dataset knows how many examples it has and turns a list of
 // indices into a Batch; batching, shuffling and the saved position live in DataLoader, so a
-// dataset stays a small, stateless thing (a later pipeline adds shards and prefetching behind
-// the same interface).
+// dataset stays a small, stateless thing. ShardedDataset (sharded_dataset.hpp) streams from tar
+// shards behind the same interface; DataLoader's worker threads call fetch() concurrently.
 //
 //   auto data = std::make_shared<frugal::TensorDataset>(inputs, targets);
 //   frugal::DataLoader loader(data, frugal::DataLoaderOptions().batch_size(64));
@@ -16,12 +16,25 @@
 
 namespace frugal {
 
+/// What a loader knows when it asks for a batch: datasets with per-epoch choices (an augmented
+/// variant, a random transform seeded per sample) use it to stay deterministic.
+struct FetchContext {
+  int64_t epoch = 0;
+  int64_t seed = 0;
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   /// The examples at `indices` (each in [0, size())), stacked into one batch.
   virtual Batch get_batch(const std::vector<int64_t>& indices) const = 0;
+  /// The batch as a loader sees it in `context.epoch`; by default get_batch(). DataLoader's
+  /// worker threads call this concurrently, so it must be thread-safe.
+  virtual Batch fetch(const std::vector<int64_t>& indices, const FetchContext& context) const;
+  /// The order of all examples in a shuffled epoch, fixed by (seed, epoch). By default a
+  /// uniform permutation; sharded data overrides it to keep reads near-sequential.
+  virtual std::vector<int64_t> shuffled_order(int64_t seed, int64_t epoch) const;
 };
 
 /// Examples held as two tensors whose first dimension indexes the example.

@@ -1,0 +1,161 @@
+#include "frugal/data/converters.hpp"
+
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "checkpoint/detail/durable_io.hpp"
+#include "frugal/errors.hpp"
+
+namespace frugal {
+namespace fs = std::filesystem;
+namespace {
+
+std::string sample_key(int64_t n) {
+  char key[32];
+  std::snprintf(key, sizeof key, "%09lld", static_cast<long long>(n));
+  return key;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+nlohmann::json parse_json_file(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw DataError(file.string(), -1, "cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw DataError(file.string(), static_cast<int64_t>(e.byte), std::string("invalid JSON: ") + e.what());
+  }
+}
+
+// The value at `key` of `object` with the expected type, or DataError naming the JSON path.
+const nlohmann::json& member(const nlohmann::json& object, const std::string& key, nlohmann::json::value_t type,
+                             const fs::path& file, const std::string& path) {
+  if (!object.is_object() || !object.contains(key)) throw DataError(file.string(), -1, path + "." + key + ": missing");
+  const nlohmann::json& value = object.at(key);
+  const bool ok = value.type() == type || (type == nlohmann::json::value_t::number_integer && value.is_number_integer());
+  if (!ok) {
+    throw DataError(file.string(), -1, c10::str(path, ".", key, ": expected ", nlohmann::json(type).type_name(),
+                                                ", got ", value.type_name()));
+  }
+  return value;
+}
+
+}  // namespace
+
+ConvertResult convert_image_folder(const fs::path& root, ShardWriter& out) {
+  static const std::set<std::string> kImages{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".webp"};
+  if (!fs::is_directory(root)) throw DataError(root.string(), -1, "is not a directory of class folders");
+  ConvertResult result;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (entry.is_directory()) {
+      result.classes.push_back(entry.path().filename().string());
+    } else {
+      result.skipped.push_back(entry.path().string() + ": a file beside the class folders");
+    }
+  }
+  std::sort(result.classes.begin(), result.classes.end());
+  if (result.classes.empty()) throw DataError(root.string(), -1, "has no class subfolders");
+  for (size_t label = 0; label < result.classes.size(); ++label) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::recursive_directory_iterator(root / result.classes[label])) {
+      if (!entry.is_regular_file()) continue;
+      if (kImages.count(lower(entry.path().extension().string()))) {
+        files.push_back(entry.path());
+      } else {
+        result.skipped.push_back(entry.path().string() + ": not an image extension");
+      }
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+      std::string ext = lower(file.extension().string().substr(1));
+      if (ext == "jpeg") ext = "jpg";
+      out.write({sample_key(result.samples++), {{ext, detail::read_file(file)}, {"cls", std::to_string(label)}}});
+    }
+  }
+  result.shards = out.finish();
+  const fs::path directory = result.shards.empty() ? fs::path() : result.shards.front().path.parent_path();
+  if (!directory.empty()) detail::write_file_synced(directory / "classes.json", nlohmann::json(result.classes).dump(1));
+  return result;
+}
+
+ConvertResult convert_jsonl(const fs::path& file, ShardWriter& out) {
+  std::ifstream in(file);
+  if (!in) throw DataError(file.string(), -1, "cannot open");
+  ConvertResult result;
+  std::string line;
+  int64_t line_number = 0, offset = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    const int64_t line_offset = offset;
+    offset += static_cast<int64_t>(line.size()) + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      result.skipped.push_back(c10::str(file.string(), ":", line_number, ": blank line"));
+      continue;
+    }
+    try {
+      const auto value = nlohmann::json::parse(line);
+      if (!value.is_object()) throw DataError(file.string(), line_offset, c10::str("line ", line_number, ": not a JSON object"));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw DataError(file.string(), line_offset + static_cast<int64_t>(e.byte) - 1,
+                      c10::str("line ", line_number, ": invalid JSON: ", e.what()));
+    }
+    out.write({sample_key(result.samples++), {{"json", line}}});
+  }
+  result.shards = out.finish();
+  return result;
+}
+
+ConvertResult convert_squad(const fs::path& file, ShardWriter& out) {
+  using T = nlohmann::json::value_t;
+  const nlohmann::json squad = parse_json_file(file);
+  ConvertResult result;
+  const auto& data = member(squad, "data", T::array, file, "$");
+  for (size_t a = 0; a < data.size(); ++a) {
+    const std::string article_path = c10::str("$.data[", a, "]");
+    const auto& title = member(data[a], "title", T::string, file, article_path);
+    const auto& paragraphs = member(data[a], "paragraphs", T::array, file, article_path);
+    for (size_t p = 0; p < paragraphs.size(); ++p) {
+      const std::string paragraph_path = c10::str(article_path, ".paragraphs[", p, "]");
+      const auto& context = member(paragraphs[p], "context", T::string, file, paragraph_path);
+      const auto& qas = member(paragraphs[p], "qas", T::array, file, paragraph_path);
+      for (size_t q = 0; q < qas.size(); ++q) {
+        const std::string qa_path = c10::str(paragraph_path, ".qas[", q, "]");
+        nlohmann::json record{{"id", member(qas[q], "id", T::string, file, qa_path)},
+                              {"title", title},
+                              {"context", context},
+                              {"question", member(qas[q], "question", T::string, file, qa_path)},
+                              {"answers", nlohmann::json::array()}};
+        const auto& answers = member(qas[q], "answers", T::array, file, qa_path);
+        for (size_t i = 0; i < answers.size(); ++i) {
+          const std::string answer_path = c10::str(qa_path, ".answers[", i, "]");
+          const auto& text = member(answers[i], "text", T::string, file, answer_path);
+          const auto& start = member(answers[i], "answer_start", T::number_integer, file, answer_path);
+          if (start.get<int64_t>() < 0 || start.get<size_t>() > context.get_ref<const std::string&>().size()) {
+            throw DataError(file.string(), -1, answer_path + ".answer_start: outside the context");
+          }
+          record["answers"].push_back({{"text", text}, {"answer_start", start}});
+        }
+        out.write({sample_key(result.samples++), {{"json", record.dump()}}});
+      }
+    }
+  }
+  result.shards = out.finish();
+  return result;
+}
+
+std::vector<std::string> read_classes(const fs::path& shard_directory) {
+  const nlohmann::json classes = parse_json_file(shard_directory / "classes.json");
+  if (!classes.is_array()) throw DataError((shard_directory / "classes.json").string(), -1, "expected an array of class names");
+  return classes.get<std::vector<std::string>>();
+}
+
+}  // namespace frugal

@@ -1,0 +1,96 @@
+#include "frugal/data/image/jpeg.hpp"
+
+#include <c10/util/StringUtil.h>
+#include <torch/torch.h>
+#include <turbojpeg.h>
+
+#include <memory>
+
+#include "frugal/errors.hpp"
+
+namespace frugal {
+namespace {
+
+// TurboJPEG handles are not thread-safe; one per thread and direction, made on first use.
+struct Handle {
+  tjhandle h;
+  explicit Handle(tjhandle handle) : h(handle) {
+    if (h == nullptr) throw Error(std::string("libjpeg-turbo: cannot create a handle: ") + tjGetErrorStr2(nullptr));
+  }
+  ~Handle() { tjDestroy(h); }
+};
+
+tjhandle decompressor() {
+  thread_local Handle handle(tjInitDecompress());
+  return handle.h;
+}
+
+tjhandle compressor() {
+  thread_local Handle handle(tjInitCompress());
+  return handle.h;
+}
+
+std::string reason(tjhandle h) { return tjGetErrorStr2(h); }
+
+}  // namespace
+
+JpegSize jpeg_size(std::string_view bytes, const std::string& where) {
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  tjhandle h = decompressor();
+  if (tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
+                          &width, &height, &subsampling, &colorspace) != 0) {
+    throw DataError(where, -1, "not a readable JPEG: " + reason(h));
+  }
+  return {width, height};
+}
+
+torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int min_width, int min_height) {
+  const JpegSize full = jpeg_size(bytes, where);
+  int width = full.width, height = full.height;
+  if (min_width > 0 || min_height > 0) {
+    int count = 0;
+    const tjscalingfactor* factors = tjGetScalingFactors(&count);
+    for (int i = 0; i < count; ++i) {  // keep the smallest scaled size that is still big enough
+      const int w = TJSCALED(full.width, factors[i]), h = TJSCALED(full.height, factors[i]);
+      if (w >= min_width && h >= min_height && w * h < width * height && factors[i].num <= factors[i].denom) {
+        width = w;
+        height = h;
+      }
+    }
+  }
+  torch::Tensor out = torch::empty({height, width, 3}, torch::kUInt8);
+  tjhandle h = decompressor();
+  if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
+                    out.data_ptr<uint8_t>(), width, 0, height, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+    // Warnings such as extraneous bytes before a marker are common in real photos and harmless
+    // (Pillow accepts them too); a truncated image is not.
+    const std::string why = reason(h);
+    if (tjGetErrorCode(h) == TJERR_FATAL || why.find("Premature end") != std::string::npos) {
+      throw DataError(where, -1, "corrupt JPEG: " + why);
+    }
+  }
+  return out;
+}
+
+std::string encode_jpeg(const torch::Tensor& image, int quality) {
+  const bool grey = image.dim() == 2;
+  if (image.scalar_type() != torch::kUInt8 || !(grey || (image.dim() == 3 && image.size(2) == 3))) {
+    throw Error(c10::str("encode_jpeg: expects uint8 [H, W, 3] or [H, W], got ", image.scalar_type(), " ", image.sizes()));
+  }
+  if (quality < 1 || quality > 100) throw OptionError("quality", c10::str("JPEG quality must be in [1, 100], got ", quality));
+  const torch::Tensor pixels = image.contiguous();
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  tjhandle h = compressor();
+  if (tjCompress2(h, pixels.data_ptr<uint8_t>(), static_cast<int>(pixels.size(1)), 0, static_cast<int>(pixels.size(0)),
+                  grey ? TJPF_GRAY : TJPF_RGB, &buffer, &size, grey ? TJSAMP_GRAY : TJSAMP_420, quality,
+                  TJFLAG_ACCURATEDCT) != 0) {
+    tjFree(buffer);
+    throw Error("libjpeg-turbo: cannot encode: " + reason(h));
+  }
+  std::string out(reinterpret_cast<const char*>(buffer), size);
+  tjFree(buffer);
+  return out;
+}
+
+}  // namespace frugal

@@ -1,0 +1,128 @@
+#include "frugal/data/preprocess_cache.hpp"
+
+#define XXH_INLINE_ALL
+#include <c10/util/StringUtil.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/detail/durable_io.hpp"
+#include "frugal/errors.hpp"
+#include "frugal/log.hpp"
+
+namespace frugal {
+namespace fs = std::filesystem;
+namespace {
+
+class Hasher {
+ public:
+  Hasher() : state_(XXH3_createState()) { XXH3_128bits_reset(state_); }
+  ~Hasher() { XXH3_freeState(state_); }
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  void add(const void* data, size_t size) { XXH3_128bits_update(state_, data, size); }
+  // Length-prefixed, so the boundaries between parts count.
+  void add_part(const std::string& part) {
+    const uint64_t size = part.size();
+    add(&size, sizeof size);
+    add(part.data(), part.size());
+  }
+  std::string hex() const {
+    const XXH128_hash_t h = XXH3_128bits_digest(state_);
+    char out[33];
+    std::snprintf(out, sizeof out, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                  static_cast<unsigned long long>(h.low64));
+    return out;
+  }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+nlohmann::json manifest_of(const CacheKey& key) {
+  return {{"transform", key.transform}, {"version", key.version}, {"config", key.config}, {"source", key.source}};
+}
+
+}  // namespace
+
+std::string fingerprint_files(const std::vector<fs::path>& files, Fingerprint how) {
+  Hasher hasher;
+  std::vector<char> buffer(size_t{1} << 20);
+  for (const auto& file : files) {
+    hasher.add_part(file.filename().string());
+    std::error_code error;
+    const auto size = fs::file_size(file, error);
+    if (error) throw DataError(file.string(), -1, "cannot fingerprint: " + error.message());
+    if (how == Fingerprint::metadata) {
+      const auto mtime = fs::last_write_time(file).time_since_epoch().count();
+      hasher.add_part(c10::str(fs::absolute(file).string(), " ", size, " ", mtime));
+      continue;
+    }
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw DataError(file.string(), -1, "cannot open to fingerprint");
+    while (in) {
+      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      hasher.add(buffer.data(), static_cast<size_t>(in.gcount()));
+    }
+  }
+  return hasher.hex();
+}
+
+std::string CacheKey::digest() const {
+  Hasher hasher;
+  for (const auto& part : {transform, std::to_string(version), config, source}) hasher.add_part(part);
+  return hasher.hex();
+}
+
+PreprocessCache::PreprocessCache(fs::path root) : root_(std::move(root)) {
+  if (root_.empty()) throw OptionError("root", "PreprocessCache: the cache directory is empty");
+  fs::create_directories(root_);
+}
+
+PreprocessCache::Entry PreprocessCache::get_or_build(const CacheKey& key,
+                                                     const std::function<void(const fs::path&)>& build) const {
+  Entry entry{root_ / key.digest(), false, key.digest()};
+  const fs::path manifest = entry.dir / "cache.json";
+  if (fs::exists(manifest)) {
+    try {
+      std::ifstream in(manifest);
+      if (nlohmann::json::parse(in) == manifest_of(key)) {
+        entry.hit = true;
+        log::info(c10::str("preprocessing cache hit: ", key.transform, " v", key.version, " in ", entry.dir.string()));
+        return entry;
+      }
+      log::warn(c10::str("preprocessing cache entry ", entry.dir.string(), " belongs to another key: rebuilding it"));
+    } catch (const nlohmann::json::exception& e) {
+      log::warn(c10::str("preprocessing cache entry ", manifest.string(), " is unreadable (", e.what(), "): rebuilding it"));
+    }
+    fs::remove_all(entry.dir);
+  }
+  log::info(c10::str("preprocessing cache miss: building ", key.transform, " v", key.version, " into ", entry.dir.string()));
+  const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+  const fs::path partial = root_ / c10::str(entry.digest, ".partial-", ::getpid(), "-", stamp);
+  fs::create_directories(partial);
+  try {
+    build(partial);
+    detail::write_file_synced(partial / "cache.json", manifest_of(key).dump(2));
+    detail::fsync_directory(partial);
+    std::error_code error;
+    fs::rename(partial, entry.dir, error);
+    if (error) {
+      // Another process built the same entry first: theirs is as good as ours.
+      if (!fs::exists(manifest)) throw DataError(entry.dir.string(), -1, "cannot publish cache entry: " + error.message());
+      fs::remove_all(partial);
+    }
+    detail::fsync_directory(root_);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(partial, ignored);
+    throw;
+  }
+  return entry;
+}
+
+}  // namespace frugal

@@ -1,0 +1,154 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support/fixtures.hpp"
+#include "support/python_reference.hpp"
+
+using namespace frugal;
+using namespace frugal::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text(const fs::path& file, const std::string& text) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file, std::ios::binary) << text;
+}
+
+std::vector<Sample> read_all(const fs::path& dir) {
+  std::vector<Sample> out;
+  for (const auto& shard : list_shards(dir)) {
+    ShardScanner scan(shard);
+    while (auto s = scan.next()) out.push_back(*s);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("an image folder becomes shards with class indices in sorted folder order, through the loader", "[data]") {
+  const auto dir = scratch_dir("convert_images");
+  const std::vector<std::string> classes{"cat", "dog", "eel"};
+  int64_t images = 0;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    for (int i = 0; i < 7; ++i) {
+      const auto image = torch::full({20 + i, 24, 3}, static_cast<int64_t>(40 * c + i), torch::kUInt8);
+      write_text(dir / "images" / classes[c] / ("img" + std::to_string(i) + (i == 3 ? ".JPEG" : ".jpg")), encode_jpeg(image));
+      ++images;
+    }
+  }
+  write_text(dir / "images" / "dog" / "notes.txt", "not an image");
+  ShardWriter out(dir / "shards", ShardWriterOptions().target_bytes(2048));
+  const auto result = convert_image_folder(dir / "images", out);
+  CHECK(result.samples == images);
+  CHECK(result.classes == classes);
+  CHECK(read_classes(dir / "shards") == classes);
+  REQUIRE(result.skipped.size() == 1);
+  CHECK_THAT(result.skipped[0], Catch::Contains("notes.txt"));
+
+  // Folder → shards → loader: every image once per epoch, with its class.
+  auto data = std::make_shared<ShardedDataset>(dir / "shards", [](const Sample& s, const SampleContext&) {
+    const torch::Tensor image = decode_jpeg(s.field("jpg"), s.key);
+    return Batch{image.to(torch::kFloat).mean().reshape({1}), torch::tensor(static_cast<int64_t>(std::stoll(s.field("cls")))), {}};
+  });
+  DataLoader loader(data, DataLoaderOptions().batch_size(5).num_workers(2));
+  std::multiset<std::pair<int64_t, int64_t>> seen;  // (class, brightness)
+  while (auto batch = loader.next()) {
+    for (int64_t i = 0; i < batch->size(); ++i) {
+      seen.insert({batch->target[i].item<int64_t>(), std::lround(batch->input[i][0].item<float>())});
+    }
+  }
+  std::multiset<std::pair<int64_t, int64_t>> expected;
+  for (int64_t c = 0; c < 3; ++c) {
+    for (int64_t i = 0; i < 7; ++i) expected.insert({c, 40 * c + i});
+  }
+  CHECK(seen == expected);
+}
+
+TEST_CASE("JSONL and SQuAD files become one JSON sample per line or question, and bad input names line or JSON path", "[data]") {
+  const auto dir = scratch_dir("convert_text");
+  write_text(dir / "good.jsonl", "{\"text\": \"a\"}\n\n{\"text\": \"b\"}\n");
+  ShardWriter jsonl_out(dir / "jsonl");
+  const auto jsonl = convert_jsonl(dir / "good.jsonl", jsonl_out);
+  CHECK(jsonl.samples == 2);
+  CHECK(jsonl.skipped.size() == 1);
+  CHECK(read_all(dir / "jsonl")[1].fields.at("json") == "{\"text\": \"b\"}");
+
+  write_text(dir / "bad.jsonl", "{\"text\": \"a\"}\n{\"text\": oops}\n");
+  ShardWriter bad_out(dir / "bad");
+  try {
+    convert_jsonl(dir / "bad.jsonl", bad_out);
+    FAIL("no error");
+  } catch (const DataError& e) {
+    CHECK(e.file() == (dir / "bad.jsonl").string());
+    CHECK_THAT(e.what(), Catch::Contains("line 2"));
+    CHECK(e.offset() >= 14);
+  }
+
+  const nlohmann::json squad{
+      {"version", "1.1"},
+      {"data", {{{"title", "T"},
+                 {"paragraphs", {{{"context", "Frugal trains on less GPU."},
+                                  {"qas", {{{"id", "q1"}, {"question", "What trains?"}, {"answers", {{{"text", "Frugal"}, {"answer_start", 0}}}}},
+                                           {{"id", "q2"}, {"question", "On what?"}, {"answers", {{{"text", "less GPU"}, {"answer_start", 17}}}}}}}}}}}}}};
+  write_text(dir / "squad.json", squad.dump());
+  ShardWriter squad_out(dir / "squad");
+  CHECK(convert_squad(dir / "squad.json", squad_out).samples == 2);
+  const auto record = nlohmann::json::parse(read_all(dir / "squad")[1].fields.at("json"));
+  CHECK(record.at("id") == "q2");
+  CHECK(record.at("context") == "Frugal trains on less GPU.");
+  CHECK(record.at("answers")[0].at("answer_start") == 17);
+
+  nlohmann::json broken = squad;
+  broken["data"][0]["paragraphs"][0]["qas"][1]["question"] = 7;
+  write_text(dir / "broken.json", broken.dump());
+  ShardWriter broken_out(dir / "broken");
+  CHECK_THROWS_WITH(convert_squad(dir / "broken.json", broken_out),
+                    Catch::Contains("broken.json") && Catch::Contains("$.data[0].paragraphs[0].qas[1].question: expected string"));
+}
+
+TEST_CASE("NPY arrays round-trip in every supported dtype, and malformed arrays name the offset", "[data]") {
+  for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kLong, torch::kInt, torch::kUInt8, torch::kBool}) {
+    const torch::Tensor x = (torch::arange(24) % 5).reshape({2, 3, 4}).to(dtype);
+    const torch::Tensor y = decode_npy(encode_npy(x), "x");
+    CHECK(y.scalar_type() == dtype);
+    CHECK(torch::equal(x, y));
+  }
+  CHECK(decode_npy(encode_npy(torch::tensor(3.5)), "scalar").item<double>() == 3.5);
+  CHECK(decode_npy(encode_npy(torch::zeros({0, 3})), "empty").sizes() == torch::IntArrayRef({0, 3}));
+  std::string bytes = encode_npy(torch::ones({4}));
+  try {
+    decode_npy(std::string_view(bytes).substr(0, bytes.size() - 3), "short.npy");
+    FAIL("no error");
+  } catch (const DataError& e) {
+    CHECK(e.offset() == static_cast<int64_t>(bytes.size()) - 16);  // where the 16 data bytes start
+    CHECK_THAT(e.what(), Catch::Contains("short.npy"));
+  }
+  CHECK_THROWS_WITH(decode_npy(std::string("\x93NUMPY\x01\x00\xff\xff", 10), "x"), Catch::Contains("runs past the end"));
+}
+
+TEST_CASE("JPEG decoding matches Pillow, DCT scaling decodes small, a truncated JPEG names the file", "[data][python]") {
+  const auto dir = scratch_dir("jpeg_parity");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const torch::Tensor image = torch::nn::functional::interpolate(
+      torch::rand({1, 3, 8, 10}, gen) * 255, torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{120, 160}).mode(torch::kBilinear).align_corners(false))
+      .squeeze(0).permute({1, 2, 0}).round().to(torch::kUInt8).contiguous();
+  const std::string jpeg = encode_jpeg(image, 92);
+  write_text(dir / "test.jpg", jpeg);
+  run_python_reference("webdataset_tar.py", "jpeg " + (dir / "test.jpg").string() + " " + (dir / "pillow.npy").string());
+  std::ifstream in(dir / "pillow.npy", std::ios::binary);
+  const torch::Tensor pillow = decode_npy(std::string(std::istreambuf_iterator<char>(in), {}), "pillow.npy");
+  const torch::Tensor ours = decode_jpeg(jpeg, "test.jpg");
+  REQUIRE(ours.sizes() == pillow.sizes());
+  // Both are libjpeg-turbo; the upsampling of chroma may differ by a level or two.
+  CHECK((ours.to(torch::kInt) - pillow.to(torch::kInt)).abs().max().item<int>() <= 3);
+  CHECK((ours.to(torch::kFloat) - image.to(torch::kFloat)).abs().mean().item<float>() < 3.0f);
+
+  const torch::Tensor small = decode_jpeg(jpeg, "test.jpg", 40, 30);
+  CHECK(small.sizes() == torch::IntArrayRef({30, 40, 3}));  // 1/4 scale
+  CHECK(jpeg_size(jpeg, "test.jpg").width == 160);
+  CHECK_THROWS_WITH(decode_jpeg(jpeg.substr(0, jpeg.size() / 2), "half.jpg"), Catch::Contains("half.jpg"));
+  CHECK_THROWS_WITH(decode_jpeg("GIF89a", "fake.jpg"), Catch::Contains("fake.jpg"));
+}
