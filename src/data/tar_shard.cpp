@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/detail/durable_io.hpp"
@@ -141,7 +142,13 @@ ShardScanner::~ShardScanner() { archive_read_free(archive_); }
 
 bool ShardScanner::read_member() {
   detail::TarMember member;
-  if (!detail::read_tar_member(archive_, path_, 0, member)) return false;
+  try {
+    if (!detail::read_tar_member(archive_, path_, 0, member)) return false;
+  } catch (const DataError&) {
+    failed_offset_ = member.offset;
+    failed_key_ = member.name.empty() ? "" : split_member_name(member.name).first;
+    throw;
+  }
   pending_name_ = split_member_name(member.name);
   pending_bytes_ = std::move(member.bytes);
   pending_offset_ = member.offset;
@@ -149,18 +156,40 @@ bool ShardScanner::read_member() {
 }
 
 std::optional<Sample> ShardScanner::next() {
-  if (!pending_name_ && !at_end_ && !read_member()) at_end_ = true;
+  if (deferred_error_) std::rethrow_exception(std::exchange(deferred_error_, nullptr));
+  if (!pending_name_ && !at_end_) {
+    try {
+      if (!read_member()) at_end_ = true;
+    } catch (const DataError&) {
+      damage_offset_ = failed_offset_;
+      throw;
+    }
+  }
   if (!pending_name_) return std::nullopt;
   Sample sample;
   sample.key = pending_name_->first;
   sample_offset_ = pending_offset_;
   do {
     if (!sample.fields.emplace(pending_name_->second, std::move(pending_bytes_)).second) {
+      damage_offset_ = sample_offset_;
       throw DataError(path_.string(), pending_offset_,
                       "sample '" + sample.key + "' has two members with extension '" + pending_name_->second + "'");
     }
     pending_name_.reset();
-    if (!read_member()) {
+    try {
+      if (!read_member()) {
+        at_end_ = true;
+        break;
+      }
+    } catch (const DataError&) {
+      // A damaged member of this sample (or one whose name is unreadable) spoils the sample;
+      // one that starts another sample leaves this one whole: return it, fail on the next call.
+      if (failed_key_.empty() || failed_key_ == sample.key) {
+        damage_offset_ = sample_offset_;
+        throw;
+      }
+      damage_offset_ = failed_offset_;
+      deferred_error_ = std::current_exception();
       at_end_ = true;
       break;
     }
@@ -183,12 +212,8 @@ ShardIndex build_shard_index(const fs::path& shard, OnCorrupt on_corrupt) {
     }
   } catch (const DataError& e) {
     if (on_corrupt == OnCorrupt::error) throw;
-    // The sample being read when the damage showed may be incomplete: it is left out too.
-    index.end_offset = scan.sample_offset();
-    while (!index.offsets.empty() && index.offsets.back() >= index.end_offset) {
-      index.offsets.pop_back();
-      index.keys.pop_back();
-    }
+    // Every sample next() returned is whole; the damage starts where the first incomplete one does.
+    index.end_offset = scan.damage_offset();
     index.damage = e.what();
     log::warn(c10::str("skipping the rest of a damaged shard (data.on_corrupt = skip), ", index.size(),
                        " samples kept: ", e.what()));
@@ -258,12 +283,13 @@ Sample read_indexed_sample(const ShardIndex& index, int64_t i) {
   if (i < 0 || i >= index.size()) throw Error(c10::str("sample ", i, " is outside shard ", index.shard.string()));
   const int64_t begin = index.offsets[static_cast<size_t>(i)];
   const int64_t end = index.sample_end(i);
-  std::string span(static_cast<size_t>(end - begin), '\0');
+  const auto span_size = static_cast<size_t>(end - begin);
+  const std::unique_ptr<char[]> span(new char[span_size]);  // not zero-filled: pread overwrites it
   const int fd = ::open(index.shard.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_system(index.shard, "cannot open shard");
   size_t done = 0;
-  while (done < span.size()) {
-    const ssize_t got = ::pread(fd, span.data() + done, span.size() - done, static_cast<off_t>(begin + done));
+  while (done < span_size) {
+    const ssize_t got = ::pread(fd, span.get() + done, span_size - done, static_cast<off_t>(begin + done));
     if (got <= 0) {
       ::close(fd);
       if (got < 0) throw_system(index.shard, "read failed");
@@ -279,7 +305,7 @@ Sample read_indexed_sample(const ShardIndex& index, int64_t i) {
     struct archive* a;
     ~Free() { archive_read_free(a); }
   } free_archive{a};
-  if (archive_read_open_memory(a, span.data(), span.size()) != ARCHIVE_OK) {
+  if (archive_read_open_memory(a, span.get(), span_size) != ARCHIVE_OK) {
     throw DataError(index.shard.string(), begin, "cannot read sample: " + archive_reason(a));
   }
   Sample sample;

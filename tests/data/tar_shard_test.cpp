@@ -106,8 +106,9 @@ TEST_CASE("a truncated or corrupt shard names its file and offset, or is cut sho
     CHECK(partial.size() == 6);
     CHECK(partial.damage.has_value());
     ShardedDataset skipping(shard, numbered_decoder(), ShardedDatasetOptions().on_corrupt(OnCorrupt::skip));
-    CHECK(skipping.size() == 6);
+    CHECK(skipping.size() == 6);  // every sample before the damage, each one whole
     CHECK(skipping.samples_skipped() == 1);
+    CHECK(numbers_of(skipping.get_batch({0, 1, 2, 3, 4, 5})) == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
     CHECK_THROWS_AS(ShardedDataset(shard, numbered_decoder()), DataError);  // a stale index is not trusted
   }
   SECTION("a corrupt header checksum in sample 3") {
@@ -137,7 +138,7 @@ TEST_CASE("shards written by Frugal read back in Python's tarfile with webdatase
   ShardWriter writer(dir, ShardWriterOptions().target_bytes(2048));
   std::vector<Sample> samples;
   for (int i = 0; i < 9; ++i) {
-    const std::string key = i == 4 ? "deep/" + std::string(130, 'y') + "/s4" : "s" + std::to_string(i);
+    const std::string key = i == 4 ? std::string("deep/").append(130, 'y').append("/s4") : "s" + std::to_string(i);
     samples.push_back({key, {{"npy", encode_npy(torch::arange(6, torch::kFloat).reshape({2, 3}) * i)},
                              {"cls", std::to_string(i)},
                              {"seg.txt", "wörds " + std::to_string(i)}}});

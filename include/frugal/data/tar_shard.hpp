@@ -15,6 +15,7 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -95,6 +96,9 @@ class ShardScanner {
   std::optional<Sample> next();
   /// Byte offset of the first tar header of the sample that next() returned last.
   int64_t sample_offset() const { return sample_offset_; }
+  /// After next() threw: where the damage starts, i.e. the end of the last whole sample. A sample
+  /// is returned only when all its members were read; the error then comes on the next call.
+  int64_t damage_offset() const { return damage_offset_; }
   const std::filesystem::path& path() const { return path_; }
 
  private:
@@ -107,6 +111,10 @@ class ShardScanner {
   std::string pending_bytes_;
   int64_t pending_offset_ = 0;
   int64_t sample_offset_ = 0;
+  int64_t failed_offset_ = -1;  // of the member whose read failed
+  std::string failed_key_;      // its key, if its header was readable
+  int64_t damage_offset_ = -1;
+  std::exception_ptr deferred_error_;
   bool at_end_ = false;
 };
 

@@ -16,6 +16,7 @@ struct archive* new_tar_reader() {
 }
 
 bool read_tar_member(struct archive* a, const std::filesystem::path& file, int64_t base_offset, TarMember& out) {
+  out.name.clear();
   for (;;) {
     struct archive_entry* entry = nullptr;
     const int status = archive_read_next_header(a, &entry);
@@ -23,6 +24,7 @@ bool read_tar_member(struct archive* a, const std::filesystem::path& file, int64
     // reader consumed are then where the bad header starts.
     const la_int64_t header = archive_read_header_position(a);
     const int64_t offset = base_offset + (header >= 0 && status >= ARCHIVE_WARN ? header : archive_filter_bytes(a, 0));
+    out.offset = offset;
     if (status == ARCHIVE_EOF) return false;
     if (status != ARCHIVE_OK && status != ARCHIVE_WARN) {  // RETRY too: a damaged header
       const char* why = archive_error_string(a);
@@ -41,21 +43,27 @@ bool read_tar_member(struct archive* a, const std::filesystem::path& file, int64
     const la_int64_t size = archive_entry_size(entry);
     if (size < 0) throw DataError(file.string(), offset, "member '" + name + "' has no size");
     out.name = name;
-    out.offset = offset;
-    out.bytes.resize(static_cast<size_t>(size));
-    size_t done = 0;
-    while (done < out.bytes.size()) {
-      const la_ssize_t got = archive_read_data(a, out.bytes.data() + done, out.bytes.size() - done);
-      if (got < 0) {
-        const char* why = archive_error_string(a);
-        throw DataError(file.string(), offset,
-                        "member '" + name + "': corrupt or truncated data: " + (why ? why : "unknown error"));
+    // Blocks straight from libarchive's buffer: one copy, no zero-fill of the destination.
+    out.bytes.clear();
+    out.bytes.reserve(static_cast<size_t>(size));
+    const void* block = nullptr;
+    size_t length = 0;
+    la_int64_t at = 0;
+    int read_status = ARCHIVE_OK;
+    while ((read_status = archive_read_data_block(a, &block, &length, &at)) == ARCHIVE_OK) {
+      if (at != static_cast<la_int64_t>(out.bytes.size())) {
+        throw DataError(file.string(), offset, "member '" + name + "' is sparse (not supported in a shard)");
       }
-      if (got == 0) {
-        throw DataError(file.string(), offset, "member '" + name + "': truncated after " + std::to_string(done) +
-                                                   " of " + std::to_string(size) + " bytes");
-      }
-      done += static_cast<size_t>(got);
+      out.bytes.append(static_cast<const char*>(block), length);
+    }
+    if (read_status != ARCHIVE_EOF) {
+      const char* why = archive_error_string(a);
+      throw DataError(file.string(), offset,
+                      "member '" + name + "': corrupt or truncated data: " + (why ? why : "unknown error"));
+    }
+    if (out.bytes.size() != static_cast<size_t>(size)) {
+      throw DataError(file.string(), offset, "member '" + name + "': truncated after " + std::to_string(out.bytes.size()) +
+                                                 " of " + std::to_string(size) + " bytes");
     }
     return true;
   }
