@@ -39,7 +39,9 @@ Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<c
   options_.validate();
   if (!make_optimizer_) throw OptionError("make_optimizer", "Trainer: an optimizer factory is required");
   device_ = resolve_device(options_.device());
-  if (device_.is_cuda()) train_loader_.set_pin_memory(true);  // asynchronous host-to-device copies
+  // On CUDA: pinned batches, copied to the device by the loader's workers on side streams ahead
+  // of their step (without workers, pinned batches copied asynchronously by the step).
+  if (device_.is_cuda()) train_loader_.copy_ahead_to(device_);
   // The optimizer is built after the move so its state lives with the parameters.
   model_.module().to(device_);
   optimizer_ = make_optimizer_(model_.module());
@@ -59,6 +61,7 @@ void Trainer::set_validation_data(std::shared_ptr<const Dataset> data) {
   opts.shuffle(false).drop_last(false).num_replicas(world_size()).rank(rank()).even_shards(false);
   if (options_.validation_batch_size() > 0) opts.batch_size(options_.validation_batch_size());
   validation_loader_ = std::make_unique<DataLoader>(std::move(data), opts);
+  if (device_.is_cuda()) validation_loader_->copy_ahead_to(device_);
 }
 
 void Trainer::set_lr_schedule(LrSchedule schedule) {

@@ -51,6 +51,12 @@ void DataLoader::set_pin_memory(bool pin) {
   options_.pin_memory(pin);
 }
 
+void DataLoader::copy_ahead_to(const torch::Device& device) {
+  stop_workers();
+  copy_to_ = device.is_cuda() ? std::optional<torch::Device>(device) : std::nullopt;
+  if (copy_to_) options_.pin_memory(true);
+}
+
 int64_t DataLoader::examples_per_epoch() const {
   // Like DistributedSampler without drop_last: pad by wrapping around so every replica gets
   // the same number of examples (and so takes the same number of steps).
@@ -98,12 +104,14 @@ struct BatchRecipe {
   int64_t batch_size;
   FetchContext context;
   bool pin_memory;
+  std::optional<torch::Device> copy_to;  // a CUDA device, when workers copy ahead
 
-  Batch operator()(int64_t batch_index) const {
+  detail::PreparedBatch operator()(int64_t batch_index) const {
     const int64_t begin = batch_index * batch_size;
     const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order->size()));
     Batch batch = dataset->fetch(std::vector<int64_t>(order->begin() + begin, order->begin() + end), context);
-    return pin_memory ? batch.pin_memory() : batch;
+    if (copy_to) return detail::copy_to_device_async(batch, *copy_to);
+    return {pin_memory ? batch.pin_memory() : std::move(batch), {}};
   }
 };
 
@@ -118,12 +126,16 @@ std::optional<Batch> DataLoader::next() {
     ~AddWait() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
   } add_wait{wait_seconds_, wait_start};
   const int64_t index = batch_index_++;
-  const BatchRecipe recipe{dataset_, order_, options_.batch_size(), FetchContext{epoch_, options_.seed()},
-                           options_.pin_memory() && torch::cuda::is_available()};
-  if (!prefetcher_) return recipe(index);
+  static const bool have_cuda = torch::cuda::is_available();
+  const bool pin = options_.pin_memory() && have_cuda;
+  BatchRecipe recipe{dataset_, order_, options_.batch_size(), FetchContext{epoch_, options_.seed()}, pin, std::nullopt};
+  if (!prefetcher_) return recipe(index).batch;  // the caller copies: nothing would overlap anyway
+  if (pin && copy_to_) recipe.copy_to = copy_to_;
   // Started lazily, so a restore right after construction reads nothing it skips.
   if (!prefetcher_->running()) prefetcher_->start(recipe, index, batches_per_epoch());
-  return prefetcher_->take(index);
+  detail::PreparedBatch prepared = prefetcher_->take(index);
+  if (prepared.before_use) prepared.before_use();
+  return std::move(prepared.batch);
 }
 
 void DataLoader::shard(int64_t num_replicas, int64_t rank) {

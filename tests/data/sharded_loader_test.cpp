@@ -209,7 +209,7 @@ TEST_CASE("the loader reports the time the loop waited for data, and workers hid
   CHECK(row.at("data_wait_fraction").get<double>() > 0.5);
 }
 
-TEST_CASE("with pin_memory the workers hand out page-locked batches for asynchronous copies to the GPU", "[data]") {
+TEST_CASE("on CUDA the workers hand out page-locked batches, or copy them to the device ahead on side streams", "[data]") {
   if (!torch::cuda::is_available()) {
     std::puts("SKIPPED: no CUDA device here (page-locked memory needs the CUDA driver)");
     return;
@@ -221,4 +221,16 @@ TEST_CASE("with pin_memory the workers hand out page-locked batches for asynchro
   CHECK(batch->target.is_pinned());
   const Batch on_gpu = batch->to(torch::Device(torch::kCUDA), /*non_blocking=*/true);
   CHECK(torch::equal(on_gpu.input.cpu(), batch->input));
+
+  // Copied ahead by the workers on their side streams: the same batches, already on the device.
+  DataLoader plain(data, DataLoaderOptions().batch_size(16).seed(3));
+  DataLoader ahead(data, DataLoaderOptions().batch_size(16).seed(3).num_workers(2));
+  ahead.copy_ahead_to(torch::Device(torch::kCUDA));
+  while (auto expected = plain.next()) {
+    const auto got = ahead.next();
+    REQUIRE(got.has_value());
+    CHECK(got->input.is_cuda());
+    CHECK(torch::equal((got->input * 2).cpu(), expected->input * 2));  // used on the main stream
+    CHECK(torch::equal(got->target.cpu(), expected->target));
+  }
 }

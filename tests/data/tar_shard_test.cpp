@@ -138,10 +138,10 @@ TEST_CASE("shards written by Frugal read back in Python's tarfile with webdatase
   ShardWriter writer(dir, ShardWriterOptions().target_bytes(2048));
   std::vector<Sample> samples;
   for (int i = 0; i < 9; ++i) {
-    const std::string key = i == 4 ? std::string("deep/").append(130, 'y').append("/s4") : "s" + std::to_string(i);
+    const std::string key = i == 4 ? std::string("deep/").append(130, 'y').append("/s4") : c10::str("s", i);
     samples.push_back({key, {{"npy", encode_npy(torch::arange(6, torch::kFloat).reshape({2, 3}) * i)},
                              {"cls", std::to_string(i)},
-                             {"seg.txt", "wörds " + std::to_string(i)}}});
+                             {"seg.txt", c10::str("wörds ", i)}}});
     writer.write(samples.back());
   }
   REQUIRE(writer.finish().size() > 1);

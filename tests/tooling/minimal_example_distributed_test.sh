@@ -19,4 +19,16 @@ grep -q "data parallel: rank 0 of 2 (gloo)" run/train.log || fail "train.log doe
 [ "$(grep -c '"event":"validation"' run/metrics.jsonl)" -eq 2 ] || fail "metrics.jsonl should have one validation per epoch, once"
 acc=$(echo "$out" | sed -n 's/.*validation accuracy \([0-9.]*\).*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 0.8) }' || fail "validation accuracy $acc <= 0.8"
+
+# The same from tar shards: both ranks build the preprocessing cache at once (one copy wins), then
+# each streams its half of every epoch through worker threads.
+out=$(timeout 300 "$python" -m torch.distributed.run --standalone --nproc-per-node=2 --no-python \
+      "$exe" --config "$source_dir/examples/minimal/config.toml" --trainer.max_epochs=2 --trainer.run_dir=sharded \
+      --model.train_examples=16384 --trainer.device=cpu --model.shard_cache=cache --data.num_workers=1 2>&1) \
+  || fail "2-process sharded run exited $?: $out"
+echo "$out" | grep -q "minimal: 2 processes, 128 steps" || fail "sharded: expected 128 steps: $(echo "$out" | tail -3)"
+[ "$(ls -d cache/*/ | wc -l)" -eq 1 ] || fail "one cache entry expected: $(ls cache)"
+ls cache | grep -q partial && fail "a partial cache entry was left behind: $(ls cache)"
+acc=$(echo "$out" | sed -n 's/.*validation accuracy \([0-9.]*\).*/\1/p')
+awk -v a="$acc" 'BEGIN { exit !(a > 0.8) }' || fail "sharded validation accuracy $acc <= 0.8"
 echo PASS

@@ -12,6 +12,7 @@
 //   DataPosition where = loader.position();   // goes into the checkpoint
 
 #include <torch/arg.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <optional>
@@ -85,6 +86,11 @@ class DataLoader {
 
   /// Pins batches from now on (see DataLoaderOptions::pin_memory).
   void set_pin_memory(bool pin);
+  /// With workers and a CUDA `device`: each worker also copies its batches to the device on a
+  /// side stream of its own, so the next batches are on their way while the current step runs;
+  /// next() orders the caller's stream after the copy (no host wait). Implies pin_memory. A
+  /// CPU device turns it off.
+  void copy_ahead_to(const torch::Device& device);
 
   /// Seconds the caller has spent inside next() waiting for batches, since construction.
   double wait_seconds() const { return wait_seconds_; }
@@ -103,6 +109,7 @@ class DataLoader {
   int64_t epoch_ = 0;
   int64_t batch_index_ = 0;
   double wait_seconds_ = 0.0;
+  std::optional<torch::Device> copy_to_;
   std::unique_ptr<detail::BatchPrefetcher> prefetcher_;
 };
 

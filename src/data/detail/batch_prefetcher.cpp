@@ -45,7 +45,7 @@ bool BatchPrefetcher::running() const {
   return make_ != nullptr;
 }
 
-Batch BatchPrefetcher::take(int64_t index) {
+PreparedBatch BatchPrefetcher::take(int64_t index) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!make_ || index != taken_ || index >= end_) {
     throw Error(c10::str("BatchPrefetcher: batch ", index, " asked for, but the next one is ", taken_, " of ", end_));
@@ -57,7 +57,7 @@ Batch BatchPrefetcher::take(int64_t index) {
   lock.unlock();
   changed_.notify_all();
   if (auto* error = std::get_if<std::exception_ptr>(&result)) std::rethrow_exception(*error);
-  return std::get<Batch>(std::move(result));
+  return std::get<PreparedBatch>(std::move(result));
 }
 
 void BatchPrefetcher::work() {
@@ -70,7 +70,7 @@ void BatchPrefetcher::work() {
     const auto make = make_;
     ++in_flight_;
     lock.unlock();
-    std::variant<Batch, std::exception_ptr> result;
+    std::variant<PreparedBatch, std::exception_ptr> result;
     try {
       result = (*make)(index);
     } catch (...) {

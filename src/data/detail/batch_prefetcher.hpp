@@ -13,13 +13,13 @@
 #include <variant>
 #include <vector>
 
-#include "frugal/data/batch.hpp"
+#include "data/detail/device_copy.hpp"
 
 namespace frugal::detail {
 
 class BatchPrefetcher {
  public:
-  using MakeBatch = std::function<Batch(int64_t batch_index)>;
+  using MakeBatch = std::function<PreparedBatch(int64_t batch_index)>;
 
   BatchPrefetcher(int64_t workers, int64_t depth);
   ~BatchPrefetcher();
@@ -29,7 +29,7 @@ class BatchPrefetcher {
   /// Starts making batches [first, end) with `make`, after cancelling what was in flight.
   void start(MakeBatch make, int64_t first, int64_t end);
   /// Waits for batch `index` (the next in order) and returns it, or rethrows what making it threw.
-  Batch take(int64_t index);
+  PreparedBatch take(int64_t index);
   /// Drops queued batches and waits for the ones being made (their results are discarded).
   void cancel();
   bool running() const;
@@ -48,7 +48,7 @@ class BatchPrefetcher {
   int64_t in_flight_ = 0;
   uint64_t generation_ = 0;
   bool shutdown_ = false;
-  std::map<int64_t, std::variant<Batch, std::exception_ptr>> ready_;
+  std::map<int64_t, std::variant<PreparedBatch, std::exception_ptr>> ready_;
 };
 
 }  // namespace frugal::detail
