@@ -23,7 +23,7 @@ constexpr DtypeName kDtypes[] = {
 
 // The value after 'key': in NumPy's header dict, e.g. "'<f4'", "False", "(3, 4)".
 std::string_view header_value(std::string_view header, std::string_view key, const std::string& where) {
-  const std::string quoted = "'" + std::string(key) + "'";
+  const std::string quoted = c10::str("'", key, "'");
   const size_t at = header.find(quoted);
   if (at == std::string_view::npos) throw DataError(where, 10, "NPY header has no " + quoted);
   size_t begin = header.find(':', at);

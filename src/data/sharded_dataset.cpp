@@ -62,18 +62,30 @@ const std::string& ShardedDataset::key(int64_t index) const {
   return shards_[shard].keys[static_cast<size_t>(local)];
 }
 
+namespace {
+
+// "aug3.npy" → 3; any other extension → -1.
+int64_t variant_of(const std::string& ext) {
+  if (ext.rfind("aug", 0) != 0) return -1;
+  size_t i = 3;
+  int64_t k = 0;
+  while (i < ext.size() && ext[i] >= '0' && ext[i] <= '9' && i < 12) k = k * 10 + (ext[i++] - '0');
+  return i > 3 && i < ext.size() && ext[i] == '.' ? k : -1;
+}
+
+}  // namespace
+
 Sample select_variant(Sample sample, int64_t variant) {
-  const std::string mine = c10::str("aug", variant, ".");
+  const std::string prefix = c10::str("aug", variant, ".");
   Sample out{std::move(sample.key), {}};
   bool found = false;
   for (auto& [ext, bytes] : sample.fields) {
-    if (ext.rfind("aug", 0) == 0 && ext.find('.') != std::string::npos) {
-      if (ext.rfind(mine, 0) == 0) {
-        out.fields[ext.substr(mine.size())] = std::move(bytes);
-        found = true;
-      }
-    } else {
+    const int64_t k = variant_of(ext);
+    if (k < 0) {
       out.fields.emplace(ext, std::move(bytes));  // shared by every variant (e.g. the label)
+    } else if (k == variant) {
+      out.fields[ext.substr(prefix.size())] = std::move(bytes);
+      found = true;
     }
   }
   if (!found) throw DataError("sample '" + out.key + "'", -1, c10::str("has no augmented variant ", variant, " (aug", variant, ".* fields)"));

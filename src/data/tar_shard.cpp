@@ -79,6 +79,10 @@ void ShardWriter::open_shard() {
 void ShardWriter::write(const Sample& sample) {
   if (finished_) throw Error("ShardWriter::write after finish()");
   if (sample.fields.empty()) throw DataError("sample '" + sample.key + "'", -1, "has no fields to write");
+  if (sample.key == last_key_) {
+    // A reader would merge the two into one sample (consecutive members with one key).
+    throw DataError("sample '" + sample.key + "'", -1, "repeats the key of the sample written just before it");
+  }
   for (const auto& [ext, bytes] : sample.fields) {
     const std::string name = ext.empty() ? sample.key : sample.key + "." + ext;
     if (is_unsafe_member_name(name) || split_member_name(name).first != sample.key) {
@@ -104,6 +108,7 @@ void ShardWriter::write(const Sample& sample) {
   }
   ++shards_.back().samples;
   ++samples_written_;
+  last_key_ = sample.key;
   if (shard_bytes_ >= options_.target_bytes()) close_shard();
 }
 

@@ -168,3 +168,18 @@ TEST_CASE("the [distributed] keys reach the communicator and data-parallel optio
              Catch::Contains("distributed.bucket_cap_mb") && Catch::Contains("got -1"));
   CHECK_THAT(error_of({"--distributed.timeout_seconds=0"}, {}), Catch::Contains("timeout_seconds must be > 0"));
 }
+
+TEST_CASE("the data pipeline's [data] keys reach the loader and shard options", "[core][config]") {
+  Loaded l({"--data.num_workers=3", "--data.shuffle_buffer=64", "--data.on_corrupt=skip"},
+           {"FRUGAL_DATA_PREFETCH_BATCHES=6", "FRUGAL_DATA_AUGMENTED_VARIANTS=4"});
+  CHECK(l.options.data.num_workers() == 3);
+  CHECK(l.options.data.prefetch_batches() == 6);
+  CHECK(l.options.shards.shuffle_buffer() == 64);
+  CHECK(l.options.shards.on_corrupt() == OnCorrupt::skip);
+  CHECK(l.options.shards.variants() == 4);
+  CHECK_THAT(error_of({"--data.num_workers=-1"}, {}), Catch::Contains("data.num_workers") && Catch::Contains("got -1"));
+  CHECK_THAT(error_of({"--data.on_corrupt=ignore"}, {}), Catch::Contains("data.on_corrupt") && Catch::Contains("ignore"));
+  CHECK_THAT(error_of({"--data.shuffle_buffer=0"}, {}), Catch::Contains("data.shuffle_buffer") && Catch::Contains("got 0"));
+  CHECK_THAT(error_of({}, {"FRUGAL_DATA_AUGMENTED_VARIANTS=-2"}),
+             Catch::Contains("data.augmented_variants") && Catch::Contains("FRUGAL_DATA_AUGMENTED_VARIANTS"));
+}

@@ -64,6 +64,8 @@ TEST_CASE("member names and keys follow webdataset's rule and unsafe names are r
   ShardWriter writer(dir);
   CHECK_THROWS_AS(writer.write({"../escape", {{"txt", "x"}}}), DataError);
   CHECK_THROWS_AS(writer.write({"k", {}}), DataError);
+  writer.write({"k", {{"txt", "x"}}});
+  CHECK_THROWS_WITH(writer.write({"k", {{"cls", "1"}}}), Catch::Contains("repeats the key"));
 }
 
 TEST_CASE("malicious shards from Python are refused with the file and offset of the bad member", "[data][python]") {

@@ -62,7 +62,8 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  /// Appends one sample; its key and field names must be safe member names.
+  /// Appends one sample; its key and field names must be safe member names, and its key must
+  /// differ from the previous sample's.
   void write(const Sample& sample);
   /// Closes the last shard and returns every shard written.
   std::vector<ShardInfo> finish();
@@ -80,6 +81,7 @@ class ShardWriter {
   std::filesystem::path temp_path_;
   int64_t shard_bytes_ = 0;
   int64_t samples_written_ = 0;
+  std::string last_key_;
   bool finished_ = false;
 };
 
