@@ -2,10 +2,14 @@
 
 #define XXH_INLINE_ALL
 #include <c10/util/StringUtil.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -83,10 +87,36 @@ PreprocessCache::PreprocessCache(fs::path root) : root_(std::move(root)) {
   fs::create_directories(root_);
 }
 
+namespace {
+
+// An exclusive flock on "<digest>.lock" for the time of a lookup and build: processes that want
+// the same entry (the ranks of one job on a node, or on a shared file system) build it once;
+// the others wait and then find it. Released when the process dies, so no stale lock remains.
+class EntryLock {
+ public:
+  explicit EntryLock(const fs::path& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw DataError(path.string(), -1, std::string("cannot create the cache lock: ") + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      log::info(c10::str("preprocessing cache: waiting for another process building ", path.stem().string()));
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~EntryLock() { ::close(fd_); }
+  EntryLock(const EntryLock&) = delete;
+  EntryLock& operator=(const EntryLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
 PreprocessCache::Entry PreprocessCache::get_or_build(const CacheKey& key,
                                                      const std::function<void(const fs::path&)>& build) const {
   Entry entry{root_ / key.digest(), false, key.digest()};
   const fs::path manifest = entry.dir / "cache.json";
+  const EntryLock lock(root_ / (entry.digest + ".lock"));
   if (fs::exists(manifest)) {
     try {
       std::ifstream in(manifest);
@@ -112,7 +142,7 @@ PreprocessCache::Entry PreprocessCache::get_or_build(const CacheKey& key,
     std::error_code error;
     fs::rename(partial, entry.dir, error);
     if (error) {
-      // Another process built the same entry first: theirs is as good as ours.
+      // A file system without working flock let another process publish first: theirs is as good.
       if (!fs::exists(manifest)) throw DataError(entry.dir.string(), -1, "cannot publish cache entry: " + error.message());
       fs::remove_all(partial);
     }

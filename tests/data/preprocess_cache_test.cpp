@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "support/fixtures.hpp"
 #include "support/shards.hpp"
@@ -52,7 +54,10 @@ TEST_CASE("preprocessing cache: a build that fails leaves no entry, and a damage
     write_numbered_shards(out, 3);
     throw std::runtime_error("tokeniser crashed");
   }), Catch::Contains("tokeniser crashed"));
-  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 0);
+  for (const auto& left : fs::directory_iterator(dir)) {
+    INFO(left.path());
+    CHECK(left.path().extension() == ".lock");  // no entry, partial or whole; only the lock file
+  }
   const auto entry = cache.get_or_build(key, [](const fs::path& out) { write_numbered_shards(out, 3); });
   std::ofstream(entry.dir / "cache.json") << "{ not json";
   int builds = 0;
@@ -63,4 +68,25 @@ TEST_CASE("preprocessing cache: a build that fails leaves no entry, and a damage
   CHECK_FALSE(rebuilt.hit);
   CHECK(builds == 1);
   CHECK(cache.get_or_build(key, [](const fs::path&) { FAIL("rebuilt twice"); }).hit);
+}
+
+TEST_CASE("preprocessing cache: processes or threads asking for the same entry at once build it once", "[data]") {
+  const auto dir = scratch_dir("preprocess_cache_concurrent");
+  const CacheKey key{"numbers", 1, "slow", "generated"};
+  std::atomic<int> builds{0};
+  std::vector<PreprocessCache::Entry> entries(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    threads.emplace_back([&, i] {
+      entries[i] = PreprocessCache(dir).get_or_build(key, [&](const fs::path& out) {
+        ++builds;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        write_numbered_shards(out, 3);
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(builds == 1);
+  CHECK(std::count_if(entries.begin(), entries.end(), [](const auto& e) { return e.hit; }) == 3);
+  for (const auto& e : entries) CHECK(e.dir == entries.front().dir);
 }

@@ -20,7 +20,7 @@ grep -q "data parallel: rank 0 of 2 (gloo)" run/train.log || fail "train.log doe
 acc=$(echo "$out" | sed -n 's/.*validation accuracy \([0-9.]*\).*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a > 0.8) }' || fail "validation accuracy $acc <= 0.8"
 
-# The same from tar shards: both ranks build the preprocessing cache at once (one copy wins), then
+# The same from tar shards: both ranks ask the preprocessing cache at once (one builds, one waits), then
 # each streams its half of every epoch through worker threads.
 out=$(timeout 300 "$python" -m torch.distributed.run --standalone --nproc-per-node=2 --no-python \
       "$exe" --config "$source_dir/examples/minimal/config.toml" --trainer.max_epochs=2 --trainer.run_dir=sharded \
