@@ -81,9 +81,9 @@ ConvertResult convert_image_folder(const fs::path& root, ShardWriter& out) {
       out.write({sample_key(result.samples++), {{ext, detail::read_file(file)}, {"cls", std::to_string(label)}}});
     }
   }
+  if (result.samples == 0) throw DataError(root.string(), -1, "its class folders hold no images");
   result.shards = out.finish();
-  const fs::path directory = result.shards.empty() ? fs::path() : result.shards.front().path.parent_path();
-  if (!directory.empty()) detail::write_file_synced(directory / "classes.json", nlohmann::json(result.classes).dump(1));
+  detail::write_file_synced(result.shards.front().path.parent_path() / "classes.json", nlohmann::json(result.classes).dump(1));
   return result;
 }
 

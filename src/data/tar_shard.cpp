@@ -56,6 +56,10 @@ ShardWriter::~ShardWriter() {
   if (!temp_path_.empty()) {
     std::error_code ignored;
     fs::remove(temp_path_, ignored);  // an unfinished shard never appears under its real name
+    if (!finished_) {
+      log::warn(c10::str("ShardWriter destroyed before finish(): the unfinished shard ", temp_path_.string(),
+                         " and its samples were discarded"));
+    }
   }
 }
 

@@ -65,6 +65,10 @@ TEST_CASE("an image folder becomes shards with class indices in sorted folder or
     for (int64_t i = 0; i < 7; ++i) expected.insert({c, 40 * c + i});
   }
   CHECK(seen == expected);
+
+  fs::create_directories(dir / "empty" / "a");
+  ShardWriter none(dir / "none");
+  CHECK_THROWS_WITH(convert_image_folder(dir / "empty", none), Catch::Contains("hold no images"));
 }
 
 TEST_CASE("JSONL and SQuAD files become one JSON sample per line or question, and bad input names line or JSON path", "[data]") {
