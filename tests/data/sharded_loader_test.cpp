@@ -11,6 +11,7 @@
 
 using namespace frugal;
 using namespace frugal::testing;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -233,4 +234,26 @@ TEST_CASE("on CUDA the workers hand out page-locked batches, or copy them to the
     CHECK(torch::equal((got->input * 2).cpu(), expected->input * 2));  // used on the main stream
     CHECK(torch::equal(got->target.cpu(), expected->target));
   }
+}
+
+TEST_CASE("a Trainer on shards with worker threads resumes from its checkpoint bitwise equal to an uninterrupted run", "[data]") {
+  torch::set_num_threads(1);
+  const auto root = scratch_dir("loader_trainer_resume");
+  write_numbered_shards(root / "shards", 90, 2048);
+  auto run = [&](const fs::path& dir, int64_t max_steps, uint64_t init_seed, TinyNet& net) {
+    torch::manual_seed(init_seed);  // each run starts from other weights: the resume must replace them
+    net = TinyNet(2, 8, 3);
+    auto data = std::make_shared<ShardedDataset>(root / "shards", numbered_decoder(), ShardedDatasetOptions().shuffle_buffer(16));
+    Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(0.001), data,
+                    TrainerOptions().device("cpu").run_dir(dir.string()).max_epochs(10).max_steps(max_steps),
+                    DataLoaderOptions().batch_size(8).seed(5).num_workers(3).prefetch_batches(2));
+    trainer.add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(5)));
+    return trainer.fit();
+  };
+  TinyNet clean{nullptr}, resumed{nullptr};
+  run(root / "clean", 20, 1, clean);
+  CHECK(run(root / "split", 12, 1, resumed).state.step == 12);  // 12 of 12 batches an epoch: at an epoch's end
+  CHECK(run(root / "split", 17, 2, resumed).state.step == 17);  // mid-epoch stop
+  CHECK(run(root / "split", 20, 3, resumed).state.step == 20);
+  CHECK(torch::equal(flat_parameters(*clean), flat_parameters(*resumed)));
 }
