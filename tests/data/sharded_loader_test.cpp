@@ -257,3 +257,27 @@ TEST_CASE("a Trainer on shards with worker threads resumes from its checkpoint b
   CHECK(run(root / "split", 20, 3, resumed).state.step == 20);
   CHECK(torch::equal(flat_parameters(*clean), flat_parameters(*resumed)));
 }
+
+TEST_CASE("flip_crop augmentation makes distinct same-size JPEG variants, and bad --op specs are refused", "[data]") {
+  const auto dir = scratch_dir("augment_jpeg");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  const torch::Tensor image = (torch::rand({48, 64, 3}, gen) * 255).to(torch::kUInt8);
+  ShardWriter source(dir / "plain");
+  source.write({"img0", {{"jpg", encode_jpeg(image)}, {"cls", "2"}}});
+  source.finish();
+  ShardWriter out(dir / "aug");
+  write_augmented_shards(list_shards(dir / "plain"), out, 3, parse_augmentation("flip_crop:jpg:0.5"), 1);
+  ShardScanner scan(list_shards(dir / "aug").front());
+  const Sample s = *scan.next();
+  CHECK(s.fields.at("cls") == "2");
+  std::set<std::string> variants;
+  for (int k = 0; k < 3; ++k) {
+    const std::string& jpeg = s.fields.at(c10::str("aug", k, ".jpg"));
+    CHECK(decode_jpeg(jpeg, "variant").sizes() == image.sizes());
+    variants.insert(jpeg);
+  }
+  CHECK(variants.size() == 3);
+  CHECK_THROWS_WITH(parse_augmentation("blur:jpg"), Catch::Contains("blur:jpg"));
+  CHECK_THROWS_WITH(parse_augmentation("jitter:npy:lots"), Catch::Contains("'lots' is not a number"));
+  CHECK_THROWS_AS(parse_augmentation("flip_crop:jpg:1.5"), OptionError);
+}
