@@ -1,9 +1,7 @@
 #include "frugal/data/dedup.hpp"
 
-#define XXH_INLINE_ALL
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
-#include <xxhash.h>
 
 #include <bit>
 #include <cctype>
@@ -13,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "data/detail/content_hash.hpp"
 #include "frugal/data/image/jpeg.hpp"
 #include "frugal/errors.hpp"
 
@@ -129,17 +128,12 @@ Deduplicator::~Deduplicator() = default;
 
 std::optional<Duplicate> Deduplicator::check(const Sample& sample) {
   State& s = *state_;
-  XXH3_state_t* hasher = XXH3_createState();
-  XXH3_128bits_reset(hasher);
+  detail::ContentHash hasher;
   for (const auto& [ext, bytes] : sample.fields) {
-    const uint64_t size = bytes.size();
-    XXH3_128bits_update(hasher, ext.data(), ext.size() + 1);  // with its '\0': "a"+"bc" != "ab"+"c"
-    XXH3_128bits_update(hasher, &size, sizeof size);
-    XXH3_128bits_update(hasher, bytes.data(), bytes.size());
+    hasher.add_part(ext);
+    hasher.add_part(bytes);
   }
-  const XXH128_hash_t digest = XXH3_128bits_digest(hasher);
-  XXH3_freeState(hasher);
-  const std::string content(reinterpret_cast<const char*>(&digest), sizeof digest);
+  const std::string content = hasher.bytes();
   if (auto it = s.exact.find(content); it != s.exact.end()) return Duplicate{sample.key, it->second, "exact", 1.0};
 
   std::vector<uint64_t> signature;

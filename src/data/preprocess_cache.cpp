@@ -1,11 +1,9 @@
 #include "frugal/data/preprocess_cache.hpp"
 
-#define XXH_INLINE_ALL
 #include <c10/util/StringUtil.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cerrno>
 #include <chrono>
@@ -15,37 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/detail/durable_io.hpp"
+#include "data/detail/content_hash.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
 namespace fs = std::filesystem;
 namespace {
-
-class Hasher {
- public:
-  Hasher() : state_(XXH3_createState()) { XXH3_128bits_reset(state_); }
-  ~Hasher() { XXH3_freeState(state_); }
-  Hasher(const Hasher&) = delete;
-  Hasher& operator=(const Hasher&) = delete;
-  void add(const void* data, size_t size) { XXH3_128bits_update(state_, data, size); }
-  // Length-prefixed, so the boundaries between parts count.
-  void add_part(const std::string& part) {
-    const uint64_t size = part.size();
-    add(&size, sizeof size);
-    add(part.data(), part.size());
-  }
-  std::string hex() const {
-    const XXH128_hash_t h = XXH3_128bits_digest(state_);
-    char out[33];
-    std::snprintf(out, sizeof out, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                  static_cast<unsigned long long>(h.low64));
-    return out;
-  }
-
- private:
-  XXH3_state_t* state_;
-};
 
 nlohmann::json manifest_of(const CacheKey& key) {
   return {{"transform", key.transform}, {"version", key.version}, {"config", key.config}, {"source", key.source}};
@@ -54,7 +28,7 @@ nlohmann::json manifest_of(const CacheKey& key) {
 }  // namespace
 
 std::string fingerprint_files(const std::vector<fs::path>& files, Fingerprint how) {
-  Hasher hasher;
+  detail::ContentHash hasher;
   std::vector<char> buffer(size_t{1} << 20);
   for (const auto& file : files) {
     hasher.add_part(file.filename().string());
@@ -77,7 +51,7 @@ std::string fingerprint_files(const std::vector<fs::path>& files, Fingerprint ho
 }
 
 std::string CacheKey::digest() const {
-  Hasher hasher;
+  detail::ContentHash hasher;
   for (const auto& part : {transform, std::to_string(version), config, source}) hasher.add_part(part);
   return hasher.hex();
 }
