@@ -20,6 +20,7 @@
 #include "bench_result.hpp"
 #include "frugal/frugal.hpp"
 #include "interleaved.hpp"
+#include "synthetic_photo.hpp"
 
 namespace fs = std::filesystem;
 using frugal::bench::Result;
@@ -52,15 +53,6 @@ int64_t raw_read(const std::vector<fs::path>& files) {
     ::close(fd);
   }
   return total;
-}
-
-torch::Tensor picture(uint64_t seed, int64_t h, int64_t w) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  auto coarse = torch::rand({1, 3, 12, 16}, gen) * 255;
-  auto image = torch::nn::functional::interpolate(
-      coarse, torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{h, w}).mode(torch::kBilinear).align_corners(false));
-  image = image + 20 * torch::randn(image.sizes(), gen);  // texture, so the JPEG has realistic size
-  return image.squeeze(0).permute({1, 2, 0}).round().clamp(0, 255).to(torch::kUInt8).contiguous();
 }
 
 void shard_throughput(const std::string& out, const fs::path& dir) {
@@ -126,7 +118,7 @@ void loader_threads(const std::string& out, const fs::path& dir) {
   const int64_t samples = 768;
   for (int64_t i = 0; i < samples; ++i) {
     writer.write({std::to_string(1000000 + i),
-                  {{"jpg", frugal::encode_jpeg(picture(static_cast<uint64_t>(i % 64), 240, 320), 90)}, {"cls", std::to_string(i % 10)}}});
+                  {{"jpg", frugal::encode_jpeg(frugal::bench::picture(static_cast<uint64_t>(i % 64), 240, 320), 90)}, {"cls", std::to_string(i % 10)}}});
   }
   writer.finish();
   auto data = std::make_shared<frugal::ShardedDataset>(dir / "jpeg", [](const frugal::Sample& s, const frugal::SampleContext& c) {
@@ -192,7 +184,7 @@ void dedup_throughput(const std::string& out, const fs::path& dir) {
   frugal::ShardWriter image_writer(dir / "images");
   const int64_t images = 400;
   for (int64_t i = 0; i < images; ++i) {
-    image_writer.write({std::to_string(1000000 + i), {{"jpg", frugal::encode_jpeg(picture(static_cast<uint64_t>(i), 240, 320), 90)}}});
+    image_writer.write({std::to_string(1000000 + i), {{"jpg", frugal::encode_jpeg(frugal::bench::picture(static_cast<uint64_t>(i), 240, 320), 90)}}});
   }
   image_writer.finish();
   auto run = [&](const fs::path& source, const frugal::DedupOptions& options, int64_t n, const std::string& name) {

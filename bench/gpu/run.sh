@@ -23,12 +23,14 @@ cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTH
   -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" -DTORCH_CUDA_ARCH_LIST=9.0 || exit 1
 cmake --build build/gpu -j "$(nproc)" --target frugal_precision_tests frugal_core_tests frugal_checkpoint_tests \
   frugal_distributed_tests frugal_data_tests frugal_bench_gpu_precision frugal_bench_data_parallel \
-  frugal_bench_data_pipeline frugal_minimal || exit 1
+  frugal_bench_data_pipeline frugal_minimal frugal_resnet_tests frugal_resnet50 frugal_bench_resnet || exit 1
 
 status=0
 # Every test, so the GPU-only ones run instead of skipping; the CPU ones must pass there too.
-for t in core precision checkpoint distributed; do
-  (cd build/gpu/tests && ./frugal_${t}_tests) > "$OUT/tests_$t.txt" 2>&1 || status=1
+for t in core precision checkpoint distributed resnet; do
+  # (the resnet parity tests need torchvision and safetensors in python3: "~[python]" skips them)
+  filter=""; [ "$t" = resnet ] && filter="~[python]"
+  (cd build/gpu/tests && ./frugal_${t}_tests $filter) > "$OUT/tests_$t.txt" 2>&1 || status=1
   tail -n 3 "$OUT/tests_$t.txt"
 done
 # Data tests without those that need Python's numpy/Pillow (the machine's python3 may lack them):
@@ -42,6 +44,21 @@ for p in fp32 fp16 bf16; do
   build/gpu/examples/minimal/frugal_minimal --config examples/minimal/config.toml --trainer.device=cuda \
     --precision.mode=$p --trainer.run_dir="$OUT/minimal_$p" --trainer.max_epochs=3 | tail -n 1 || status=1
 done
+# ResNet-50 on one GPU, channels-last (auto on CUDA), batch 256: synthetic images made on the
+# device (the model alone), then photo-like 500x375 JPEGs decoded by 16 worker threads.
+build/gpu/bench/frugal_bench_resnet decode "$OUT/results.jsonl" | grep -v '^{' || status=1
+resnet=(build/gpu/examples/resnet50/frugal_resnet50 --trainer.device=cuda --data.batch_size=256 --smoke_test.mode=off
+        --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0)
+for p in bf16 fp16 fp32; do
+  "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$((256 * 100)) --precision.mode=$p \
+    --trainer.run_dir="$OUT/resnet_synthetic_$p" > "$OUT/resnet_synthetic_$p.txt" 2>&1 || status=1
+  echo "synthetic $p: $(tail -n 1 "$OUT/resnet_synthetic_$p.txt")"
+done
+build/gpu/bench/frugal_bench_resnet make-shards build/gpu/jpeg 25600 1000 > /dev/null || status=1
+"${resnet[@]}" --images.source=shards --images.train=build/gpu/jpeg --images.val= --precision.mode=bf16 \
+  --data.num_workers=16 --data.prefetch_batches=6 --trainer.max_epochs=1 --trainer.run_dir="$OUT/resnet_jpeg_bf16" \
+  > "$OUT/resnet_jpeg_bf16.txt" 2>&1 || status=1
+echo "JPEG bf16: $(tail -n 1 "$OUT/resnet_jpeg_bf16.txt")"
 # The NCCL path with one rank (an explicit backend makes a real process group even alone): the
 # all-reduce bandwidth, and a data-parallel step against the same step alone, overlapped or not.
 "$python" -m torch.distributed.run --standalone --nproc-per-node=1 --no-python \

@@ -106,17 +106,11 @@ int run(int argc, char** argv) {
     if (m.validation_examples < 1) throw frugal::OptionError("validation_examples", "validation_examples must be >= 1");
   });
 
-  frugal::CommandLine cli = frugal::load_config(argc, argv, config, "Frugal minimal example: spirals with an MLP",
-                                                frugal::process_environment());
+  const frugal::ProgramStart start = frugal::start_program(argc, argv, config, options, "Frugal minimal example: spirals with an MLP");
+  const frugal::CommandLine& cli = start.cli;
   if (cli.exit_code) {
     std::cout << cli.message;
     return *cli.exit_code;
-  }
-  frugal::log::set_level(options.log_level);
-  const frugal::World world = frugal::detect_world(frugal::process_environment());
-  if (cli.print_config && world.rank == 0) std::cout << config.to_toml();
-  if (!options.trainer.run_dir().empty() && world.rank == 0) {
-    config.write_resolved(std::filesystem::path(options.trainer.run_dir()) / "config.toml");
   }
 
   torch::manual_seed(static_cast<uint64_t>(m.seed));
@@ -142,23 +136,13 @@ int run(int argc, char** argv) {
   }, train, options.trainer, options.data);
   trainer.set_validation_data(validation);
   auto schedule = [&] {  // over the optimizer steps of this rank's share of the data
-    const auto& acc = options.accumulation;
-    const int64_t accumulate = acc.effective_batch_size() > 0
-                                   ? frugal::accumulation_steps_for(acc.effective_batch_size(), options.data.batch_size(),
-                                                                    trainer.world_size())
-                                   : acc.steps();
-    // A partial window at an epoch's end still steps.
-    const int64_t total_steps = options.trainer.max_epochs() * ((trainer.batches_per_epoch() + accumulate - 1) / accumulate);
+    const int64_t total_steps = options.trainer.max_epochs() * frugal::optimizer_steps_per_epoch(trainer, options);
     trainer.set_lr_schedule(frugal::lr::cosine(total_steps / 20, std::max<int64_t>(total_steps, total_steps / 20 + 1), 0.05));
   };
 
   if (cli.smoke_test_only) {
     schedule();
-    frugal::SmokeTestOptions smoke = options.smoke_test;
-    smoke.mode(frugal::SmokeTestMode::fail);
-    frugal::SmokeTestReport report = frugal::run_smoke_test(trainer, smoke);
-    std::cout << report.to_string() << "\n";
-    return report.passed ? 0 : 1;
+    return frugal::run_smoke_test_only(trainer, options.smoke_test);
   }
   frugal::add_policies(trainer, options, config.to_toml());  // connects to the other ranks, if any
   schedule();
@@ -176,16 +160,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const frugal::ConfigError& e) {
-    std::cerr << "frugal_minimal: " << e.what() << "\n";
-    return 2;
-  } catch (const frugal::SmokeTestFailed& e) {
-    std::cerr << "frugal_minimal: the run did not start: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "frugal_minimal: " << e.what() << "\n";
-    return 1;
-  }
+  return frugal::run_program("frugal_minimal", [&] { return run(argc, argv); });
 }

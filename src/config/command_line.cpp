@@ -40,8 +40,22 @@ CommandLine load_config(int argc, const char* const* argv, Config& config, const
     help += " [default " + e.current_toml() + ", env " + Config::environment_name(e.key) + "]";
     app.add_option("--" + e.key, texts[i], help)->type_name(e.type == ValueType::boolean ? "BOOL" : "VALUE");
   }
+  // "--key=value" is split here: CLI11 reads "--key=" (an empty value) as a missing one and takes
+  // the next argument as the value, while "--key" "" is an empty string as meant.
+  if (argc > 0) app.name(argv[0]);  // what parse(argc, argv) would have done, for --help
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {  // CLI11's parse(vector) takes the arguments reversed
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && arg.size() > 2 && eq != std::string::npos) {
+      args.push_back(arg.substr(eq + 1));
+      args.push_back(arg.substr(0, eq));
+    } else {
+      args.push_back(arg);
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp&) {
     result.exit_code = 0;
     result.message = app.help();

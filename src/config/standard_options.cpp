@@ -151,4 +151,12 @@ void add_policies(Trainer& trainer, const StandardOptions& options, const std::s
   if (options.checkpoint_enabled) trainer.add_policy(std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
 }
 
+int64_t optimizer_steps_per_epoch(const Trainer& trainer, const StandardOptions& options) {
+  const auto& acc = options.accumulation;
+  const int64_t accumulate = acc.effective_batch_size() > 0
+                                 ? accumulation_steps_for(acc.effective_batch_size(), options.data.batch_size(), trainer.world_size())
+                                 : acc.steps();
+  return (trainer.batches_per_epoch() + accumulate - 1) / accumulate;  // a partial window at an epoch's end still steps
+}
+
 }  // namespace frugal

@@ -19,7 +19,8 @@ Batch Batch::to(const torch::Device& device, bool non_blocking) const {
 }
 
 Batch Batch::pin_memory() const {
-  return map_tensors(*this, [](const torch::Tensor& t) { return t.is_pinned() ? t : t.pin_memory(); });
+  // Only host tensors can be pinned; a dataset may already produce device tensors (synthetic data).
+  return map_tensors(*this, [](const torch::Tensor& t) { return !t.device().is_cpu() || t.is_pinned() ? t : t.pin_memory(); });
 }
 
 }  // namespace frugal

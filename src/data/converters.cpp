@@ -9,6 +9,7 @@
 #include <set>
 
 #include "checkpoint/detail/durable_io.hpp"
+#include "frugal/data/image_folder.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
@@ -52,36 +53,15 @@ const nlohmann::json& member(const nlohmann::json& object, const std::string& ke
 }  // namespace
 
 ConvertResult convert_image_folder(const fs::path& root, ShardWriter& out) {
-  static const std::set<std::string> kImages{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".webp"};
-  if (!fs::is_directory(root)) throw DataError(root.string(), -1, "is not a directory of class folders");
+  ImageFolderListing listing = list_image_folder(root);
   ConvertResult result;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    if (entry.is_directory()) {
-      result.classes.push_back(entry.path().filename().string());
-    } else {
-      result.skipped.push_back(entry.path().string() + ": a file beside the class folders");
-    }
+  result.classes = std::move(listing.classes);
+  result.skipped = std::move(listing.skipped);
+  for (const auto& [file, label] : listing.images) {
+    std::string ext = lower(file.extension().string().substr(1));
+    if (ext == "jpeg") ext = "jpg";
+    out.write({sample_key(result.samples++), {{ext, detail::read_file(file)}, {"cls", std::to_string(label)}}});
   }
-  std::sort(result.classes.begin(), result.classes.end());
-  if (result.classes.empty()) throw DataError(root.string(), -1, "has no class subfolders");
-  for (size_t label = 0; label < result.classes.size(); ++label) {
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::recursive_directory_iterator(root / result.classes[label])) {
-      if (!entry.is_regular_file()) continue;
-      if (kImages.count(lower(entry.path().extension().string()))) {
-        files.push_back(entry.path());
-      } else {
-        result.skipped.push_back(entry.path().string() + ": not an image extension");
-      }
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& file : files) {
-      std::string ext = lower(file.extension().string().substr(1));
-      if (ext == "jpeg") ext = "jpg";
-      out.write({sample_key(result.samples++), {{ext, detail::read_file(file)}, {"cls", std::to_string(label)}}});
-    }
-  }
-  if (result.samples == 0) throw DataError(root.string(), -1, "its class folders hold no images");
   result.shards = out.finish();
   detail::write_file_synced(result.shards.front().path.parent_path() / "classes.json", nlohmann::json(result.classes).dump(1));
   return result;

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <random>
 
+#include "data/detail/decode_samples.hpp"
 #include "frugal/errors.hpp"
-#include "frugal/log.hpp"
 
 namespace frugal {
 namespace {
@@ -105,21 +105,9 @@ Sample ShardedDataset::read_sample(int64_t index, const FetchContext& context) c
 }
 
 Batch ShardedDataset::fetch(const std::vector<int64_t>& indices, const FetchContext& context) const {
-  std::vector<Batch> examples;
-  examples.reserve(indices.size());
-  std::string last_error;
-  for (const int64_t index : indices) {
-    try {
-      examples.push_back(decode_(read_sample(index, context), SampleContext{index, context.epoch, context.seed}));
-    } catch (const DataError& e) {
-      if (options_.on_corrupt() == OnCorrupt::error) throw;
-      ++samples_skipped_;
-      last_error = e.what();
-      log::warn(c10::str("skipping a corrupt sample (data.on_corrupt = skip): ", e.what()));
-    }
-  }
-  if (examples.empty()) throw DataError("batch", -1, "every sample of the batch was corrupt; the last: " + last_error);
-  return collate(examples);
+  return detail::decode_samples(
+      indices, [&](int64_t index) { return read_sample(index, context); }, decode_, context, options_.on_corrupt(),
+      samples_skipped_);
 }
 
 std::vector<int64_t> ShardedDataset::shuffled_order(int64_t seed, int64_t epoch) const {

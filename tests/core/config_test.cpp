@@ -61,6 +61,14 @@ TEST_CASE("built-in < environment < file < command line", "[core][config]") {
   CHECK(l.cli.config_file == file);
 }
 
+TEST_CASE("an empty value (key=) on the command line does not take the next argument", "[core][config]") {
+  Loaded l({"--trainer.run_dir=", "--trainer.max_epochs=3", "--trainer.device", "cpu"}, {});
+  CHECK(l.options.trainer.run_dir().empty());
+  CHECK(l.options.trainer.max_epochs() == 3);
+  CHECK(l.options.trainer.device() == "cpu");
+  CHECK_THAT(error_of({"--trainer.max_epochs="}, {}), Catch::Contains("trainer.max_epochs"));
+}
+
 TEST_CASE("unknown keys are errors naming the key and the source", "[core][config]") {
   auto file = write_file("unknown.toml", "[trainer]\nmax_epoch = 3\n");
   CHECK_THAT(error_of({"--config", file.string()}, {}),

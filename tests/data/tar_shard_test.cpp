@@ -12,11 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string bytes_of(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 void overwrite(const fs::path& file, int64_t offset, const std::string& bytes) {
   std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
   f.seekp(offset);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "frugal/frugal.hpp"
@@ -68,6 +69,12 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+/// The whole content of `file` ("" if it cannot be read).
+inline std::string bytes_of(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 /// All parameters concatenated into one flat tensor (copied).

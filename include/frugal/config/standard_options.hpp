@@ -56,4 +56,8 @@ void bind(Config& config, StandardOptions& options);
 /// `resolved_config` (Config::to_toml()) is stored in each checkpoint.
 void add_policies(Trainer& trainer, const StandardOptions& options, const std::string& resolved_config = "");
 
+/// Optimizer steps in one epoch of this rank's share of the data, given the accumulation options
+/// (for LR schedules written in steps). Call after add_policies: it needs the world size.
+int64_t optimizer_steps_per_epoch(const Trainer& trainer, const StandardOptions& options);
+
 }  // namespace frugal

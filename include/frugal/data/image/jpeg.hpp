@@ -1,6 +1,6 @@
 #pragma once
 // JPEG decoding and encoding with libjpeg-turbo (TurboJPEG API). Decoding can use the codec's
-// DCT scaling (1/2, 1/4, 1/8 ...) to produce a smaller image directly, far cheaper than
+// DCT scaling (1/2, 1/4, 1/8) to produce a smaller image directly, far cheaper than
 // decoding at full size and resizing, when the caller only needs `min_width` x `min_height`.
 //
 //   torch::Tensor rgb = frugal::decode_jpeg(bytes, "cat.jpg");            // uint8 [H, W, 3]

@@ -1,0 +1,187 @@
+// ResNet example benchmarks (issue 10), each a ratio against a baseline measured in the same run:
+// - decode: JPEG decode + RandomResizedCrop + flip to 224x224, images per second on ONE core,
+//   with DCT-scaled decoding against full-size decoding (goal >= 400 img/s/core; FFCV reports
+//   ~326 per vCPU); plus the validation transform;
+// - train-step: a Frugal Trainer training ResNet (variant, side, batch) on CPU against torchvision
+//   trained eagerly in Python with the same settings and thread count, alternating 5 rounds
+//   (medians; one untimed warm-up step on each side).
+// It also writes the photo-like JPEG shards the GPU check trains on (make-shards).
+//
+//   build/bench/frugal_bench_resnet decode build/bench/results.jsonl
+//   build/bench/frugal_bench_resnet train-step build/bench/results.jsonl PYTHON [VARIANT SIDE BATCH STEPS]
+//   build/bench/frugal_bench_resnet make-shards DIR IMAGES CLASSES
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bench_result.hpp"
+#include "frugal/frugal.hpp"
+#include "interleaved.hpp"
+#include "synthetic_photo.hpp"
+
+namespace fs = std::filesystem;
+using frugal::bench::Result;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Quality 90 JPEGs; 500x375 is ImageNet's typical image.
+std::vector<std::string> photo_jpegs(int64_t n, int64_t width = 500, int64_t height = 375) {
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < n; ++i) {
+    out.push_back(frugal::encode_jpeg(frugal::bench::picture(static_cast<uint64_t>(i), height, width), 90));
+  }
+  return out;
+}
+
+// Images per second of one thread applying `transform` to every image, repeated for ~2 s.
+double images_per_second(const std::vector<std::string>& jpegs, const frugal::ImageTransformOptions& transform) {
+  int64_t done = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const double begin_cpu = frugal::bench::thread_cpu_seconds();
+  while (seconds_since(start) < 2.0) {
+    for (const auto& jpeg : jpegs) {
+      frugal::decode_and_transform(jpeg, "bench.jpg", transform, static_cast<uint64_t>(done++));
+    }
+  }
+  return static_cast<double>(done) / (frugal::bench::thread_cpu_seconds() - begin_cpu);
+}
+
+int decode(const std::string& results) {
+  torch::set_num_threads(1);
+  const auto jpegs = photo_jpegs(32);
+  int64_t bytes = 0;
+  for (const auto& j : jpegs) bytes += static_cast<int64_t>(j.size());
+  std::printf("decode: 32 photo-like 500x375 JPEGs, %.0f KB average\n", static_cast<double>(bytes) / 32 / 1024);
+  const std::string command = "build/bench/frugal_bench_resnet decode build/bench/results.jsonl";
+  const auto train = frugal::ImageTransformOptions().size(224).train(true);
+  std::vector<double> scaled, full;
+  for (int round = 0; round < 3; ++round) {  // alternate, medians
+    scaled.push_back(images_per_second(jpegs, train));
+    full.push_back(images_per_second(jpegs, frugal::ImageTransformOptions(train).dct_scaling(false)));
+  }
+  const Result r{"resnet decode+RandomResizedCrop+flip 224 (DCT scaling vs full decode), per core",
+                 frugal::bench::median(scaled), "img/s/core", frugal::bench::median(full), command};
+  frugal::bench::append(results, r);
+  std::printf("%s: %.0f img/s/core vs %.0f full decode (x%.2f; goal >= 400)\n", r.name.c_str(), r.value, r.baseline, r.ratio());
+  const auto val = frugal::ImageTransformOptions().size(224).train(false);
+  const Result v{"resnet decode+resize+center crop 224 (DCT scaling vs full decode), per core",
+                 images_per_second(jpegs, val), "img/s/core", images_per_second(jpegs, frugal::ImageTransformOptions(val).dct_scaling(false)),
+                 command};
+  frugal::bench::append(results, v);
+  std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", v.name.c_str(), v.value, v.baseline, v.ratio());
+  // Where DCT scaling pays: photos much larger than the crop (1600x1200, as in OpenImages).
+  const auto large = photo_jpegs(8, 1600, 1200);
+  const Result l{"resnet decode+RandomResizedCrop+flip 224 of 1600x1200 photos (DCT scaling vs full decode), per core",
+                 images_per_second(large, train), "img/s/core", images_per_second(large, frugal::ImageTransformOptions(train).dct_scaling(false)),
+                 command};
+  frugal::bench::append(results, l);
+  std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", l.name.c_str(), l.value, l.baseline, l.ratio());
+  return 0;
+}
+
+double frugal_train_seconds(const std::string& variant, int64_t side, int64_t batch, int64_t steps) {
+  torch::manual_seed(0);
+  frugal::ResNet net(frugal::ResNetOptions::variant(variant).num_classes(1000));
+  auto data = std::make_shared<frugal::TensorDataset>(torch::randn({batch, 3, side, side}), torch::randint(0, 1000, {batch}));
+  frugal::Model model(net.ptr(), frugal::LossFn<frugal::ResNetImpl>([](frugal::ResNetImpl& n, const frugal::Batch& b) {
+                        return torch::nn::functional::cross_entropy(n.forward(b.input), b.target,
+                                                                    torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(0.1));
+                      }));
+  frugal::Trainer trainer(
+      model,
+      [](torch::nn::Module& m) {
+        std::vector<torch::Tensor> decay, no_decay;
+        for (const auto& p : m.parameters()) (p.dim() > 1 ? decay : no_decay).push_back(p);
+        const auto o = torch::optim::SGDOptions(0.1).momentum(0.875).weight_decay(3.0517578125e-05);
+        std::vector<torch::optim::OptimizerParamGroup> groups;
+        groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(o));
+        auto without = std::make_unique<torch::optim::SGDOptions>(o);
+        without->weight_decay(0.0);
+        groups.emplace_back(no_decay, std::move(without));
+        return std::make_unique<torch::optim::SGD>(groups, o);
+      },
+      data, frugal::TrainerOptions().max_steps(steps).max_epochs(steps).device("cpu").run_dir("").log_every_n_steps(steps),
+      frugal::DataLoaderOptions().batch_size(batch).shuffle(false));
+  return trainer.fit().seconds;
+}
+
+// Seconds of `steps` warm steps: a (1 + steps)-step fit less a 1-step fit, so the first step's
+// one-off costs (oneDNN primitive creation, allocator growth) count for neither side.
+double frugal_warm_seconds(const std::string& variant, int64_t side, int64_t batch, int64_t steps) {
+  return frugal_train_seconds(variant, side, batch, steps + 1) - frugal_train_seconds(variant, side, batch, 1);
+}
+
+int train_step(const std::string& results, const std::string& python, const std::string& variant, int64_t side, int64_t batch,
+               int64_t steps) {
+  const int threads = static_cast<int>(torch::get_num_threads());
+  const std::string script = std::string(FRUGAL_SOURCE_DIR) + "/bench/resnet_train_step.py";
+  const std::string command = c10::str(python, " ", script, " ", variant, " 64 ", side, " ", batch, " ", steps, " ", threads);
+  auto python_seconds = [&] {
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) throw std::runtime_error("cannot run " + command);
+    std::string out(4096, '\0');
+    out.resize(fread(out.data(), 1, out.size(), pipe));
+    if (pclose(pipe) != 0) throw std::runtime_error("failed: " + command + "\n" + out);
+    return nlohmann::json::parse(out.substr(out.find('{')))["seconds"].get<double>();
+  };
+  std::vector<double> ours, theirs;
+  for (int round = 0; round < 5; ++round) {
+    ours.push_back(frugal_warm_seconds(variant, side, batch, steps));
+    theirs.push_back(python_seconds());
+    std::printf("round %d: Frugal %.2f s, torchvision %.2f s for %lld steps\n", round, ours.back(), theirs.back(),
+                static_cast<long long>(steps));
+  }
+  const double images = static_cast<double>(batch * steps);
+  const Result r{c10::str("resnet train step CPU ", variant, " ", side, "px batch ", batch, " ", threads,
+                          " threads (Frugal Trainer vs torchvision eager)"),
+                 images / frugal::bench::median(ours), "img/s", images / frugal::bench::median(theirs),
+                 c10::str("build/bench/frugal_bench_resnet train-step build/bench/results.jsonl ", python, " ", variant, " ",
+                          side, " ", batch, " ", steps)};
+  frugal::bench::append(results, r);
+  std::printf("%s: %.1f img/s vs %.1f (x%.3f)\n", r.name.c_str(), r.value, r.baseline, r.ratio());
+  return 0;
+}
+
+// Shards of photo-like JPEGs in ImageNet's size, with classes.json, for the GPU check.
+int make_shards(const fs::path& dir, int64_t images, int64_t classes) {
+  const auto jpegs = photo_jpegs(64);
+  frugal::ShardWriter writer(dir, frugal::ShardWriterOptions().target_bytes(int64_t{64} << 20));
+  for (int64_t i = 0; i < images; ++i) {
+    writer.write({c10::str(1000000 + i), {{"jpg", jpegs[static_cast<size_t>(i % 64)]}, {"cls", std::to_string(i % classes)}}});
+  }
+  writer.finish();
+  std::vector<std::string> names;
+  for (int64_t c = 0; c < classes; ++c) names.push_back(c10::str("class", c));
+  std::ofstream(dir / "classes.json") << nlohmann::json(names).dump();
+  std::printf("make-shards: %lld images in %s\n", static_cast<long long>(images), dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> a(argv + 1, argv + argc);
+  try {
+    if (a.size() >= 2 && a[0] == "decode") return decode(a[1]);
+    if (a.size() >= 3 && a[0] == "train-step") {
+      return train_step(a[1], a[2], a.size() > 3 ? a[3] : "resnet50", a.size() > 4 ? std::stoll(a[4]) : 128,
+                        a.size() > 5 ? std::stoll(a[5]) : 16, a.size() > 6 ? std::stoll(a[6]) : 6);
+    }
+    if (a.size() == 4 && a[0] == "make-shards") return make_shards(a[1], std::stoll(a[2]), std::stoll(a[3]));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frugal_bench_resnet: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: frugal_bench_resnet decode RESULTS | train-step RESULTS PYTHON [VARIANT SIDE BATCH STEPS] | "
+                       "make-shards DIR IMAGES CLASSES\n");
+  return 2;
+}

@@ -1,0 +1,115 @@
+#include "frugal/data/image/transforms.hpp"
+
+#include <c10/util/StringUtil.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "frugal/data/image/jpeg.hpp"
+#include "frugal/errors.hpp"
+
+namespace frugal {
+
+CropBox random_resized_crop_box(int64_t width, int64_t height, std::mt19937_64& rng, double min_scale, double max_scale,
+                                double min_ratio, double max_ratio) {
+  const double area = static_cast<double>(width * height);
+  std::uniform_real_distribution<double> scale(min_scale, max_scale);
+  std::uniform_real_distribution<double> log_ratio(std::log(min_ratio), std::log(max_ratio));
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * scale(rng);
+    const double aspect = std::exp(log_ratio(rng));
+    const auto w = static_cast<int64_t>(std::lround(std::sqrt(target_area * aspect)));
+    const auto h = static_cast<int64_t>(std::lround(std::sqrt(target_area / aspect)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const int64_t y = std::uniform_int_distribution<int64_t>(0, height - h)(rng);
+      const int64_t x = std::uniform_int_distribution<int64_t>(0, width - w)(rng);
+      return {x, y, w, h};
+    }
+  }
+  // Fallback: the whole image, trimmed to the nearest allowed aspect ratio.
+  const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
+  int64_t w = width, h = height;
+  if (in_ratio < min_ratio) {
+    h = std::lround(static_cast<double>(w) / min_ratio);
+  } else if (in_ratio > max_ratio) {
+    w = std::lround(static_cast<double>(h) * max_ratio);
+  }
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+CropBox center_crop_box(int64_t width, int64_t height, double fraction) {
+  const int64_t side = std::max<int64_t>(1, std::lround(static_cast<double>(std::min(width, height)) * fraction));
+  return {(width - side) / 2, (height - side) / 2, side, side};
+}
+
+torch::Tensor crop_resize(const torch::Tensor& image, const CropBox& box, int64_t out_width, int64_t out_height) {
+  if (image.dim() != 3 || image.scalar_type() != torch::kUInt8) {
+    throw Error(c10::str("crop_resize: expects uint8 [H, W, C], got ", image.scalar_type(), " ", image.sizes()));
+  }
+  if (box.width < 1 || box.height < 1 || box.x < 0 || box.y < 0 || box.x + box.width > image.size(1) ||
+      box.y + box.height > image.size(0)) {
+    throw Error(c10::str("crop_resize: box (", box.x, ", ", box.y, ", ", box.width, "x", box.height, ") is outside the ",
+                         image.size(1), "x", image.size(0), " image"));
+  }
+  const torch::Tensor crop = image.slice(0, box.y, box.y + box.height).slice(1, box.x, box.x + box.width);
+  if (box.width == out_width && box.height == out_height) return crop.contiguous();
+  // [1, C, H, W] with channels-last strides: ATen's uint8 antialiased bilinear kernel works on
+  // this layout directly (no float conversion, no transposes).
+  const torch::Tensor nchw = crop.contiguous().permute({2, 0, 1}).unsqueeze(0);
+  const torch::Tensor resized = torch::_upsample_bilinear2d_aa(nchw, {out_height, out_width}, /*align_corners=*/false);
+  return resized.squeeze(0).permute({1, 2, 0}).contiguous();
+}
+
+torch::Tensor horizontal_flip(const torch::Tensor& image) { return image.flip({1}); }
+
+void ImageTransformOptions::validate() const {
+  if (size() < 1) throw OptionError("size", c10::str("size must be >= 1, got ", size()));
+  if (!(min_scale() > 0.0 && min_scale() <= 1.0)) {
+    throw OptionError("min_scale", c10::str("min_scale must be in (0, 1], got ", min_scale()));
+  }
+  if (!(center_fraction() > 0.0 && center_fraction() <= 1.0)) {
+    throw OptionError("center_fraction", c10::str("center_fraction must be in (0, 1], got ", center_fraction()));
+  }
+}
+
+torch::Tensor decode_and_transform(std::string_view jpeg, const std::string& where, const ImageTransformOptions& options,
+                                   uint64_t seed) {
+  const JpegSize full = jpeg_size(jpeg, where);
+  if (full.width < 1 || full.height < 1) throw DataError(where, -1, c10::str("JPEG header gives an empty image (", full.width, "x", full.height, ")"));
+  std::mt19937_64 rng(seed);
+  const CropBox box = options.train() ? random_resized_crop_box(full.width, full.height, rng, options.min_scale())
+                                      : center_crop_box(full.width, full.height, options.center_fraction());
+  const int64_t out = options.size();
+  int min_width = 0, min_height = 0;
+  if (options.dct_scaling()) {  // the decoded crop must keep at least out x out pixels
+    min_width = static_cast<int>((full.width * out + box.width - 1) / box.width);
+    min_height = static_cast<int>((full.height * out + box.height - 1) / box.height);
+  }
+  const torch::Tensor image = decode_jpeg(jpeg, where, min_width, min_height);
+  CropBox scaled = box;
+  if (image.size(1) != full.width || image.size(0) != full.height) {
+    // The box in the reduced image's pixels, widened to whole pixels.
+    const double sx = static_cast<double>(image.size(1)) / full.width, sy = static_cast<double>(image.size(0)) / full.height;
+    const auto x0 = static_cast<int64_t>(std::floor(box.x * sx)), y0 = static_cast<int64_t>(std::floor(box.y * sy));
+    const int64_t x1 = std::min<int64_t>(image.size(1), static_cast<int64_t>(std::ceil((box.x + box.width) * sx)));
+    const int64_t y1 = std::min<int64_t>(image.size(0), static_cast<int64_t>(std::ceil((box.y + box.height) * sy)));
+    scaled = {x0, y0, std::max<int64_t>(1, x1 - x0), std::max<int64_t>(1, y1 - y0)};
+  }
+  torch::Tensor result = crop_resize(image, scaled, out, out);
+  if (options.train() && options.flip() && (rng() & 1U)) result = horizontal_flip(result);
+  return result.permute({2, 0, 1});  // CHW view of HWC memory: stacking it gives a channels-last batch
+}
+
+torch::Tensor normalize_images(const torch::Tensor& images, c10::MemoryFormat format, const std::array<double, 3>& mean,
+                               const std::array<double, 3>& std) {
+  if (images.dim() != 4 || images.size(1) != 3) {
+    throw Error(c10::str("normalize_images: expects [N, 3, H, W], got ", images.sizes()));
+  }
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(images.device());
+  const torch::Tensor scale = 1.0 / (torch::tensor({std[0], std[1], std[2]}, options) * 255.0);
+  const torch::Tensor shift = -torch::tensor({mean[0], mean[1], mean[2]}, options) / torch::tensor({std[0], std[1], std[2]}, options);
+  return torch::addcmul(shift.view({1, 3, 1, 1}), images.to(torch::kFloat32), scale.view({1, 3, 1, 1})).contiguous(format);
+}
+
+}  // namespace frugal

@@ -1,0 +1,36 @@
+"""Reference for the crop/resize tests: Pillow's crop + BILINEAR resize (antialiased when
+shrinking), which torchvision's Resize on PIL images uses, and torchvision's ImageFolder order.
+
+  resize DIR        reads DIR/input.safetensors ("image": uint8 [H, W, 3], "boxes": int64 [K, 6]
+                    rows of x, y, w, h, out_w, out_h) and writes DIR/pillow.safetensors
+                    ("out<k>": uint8 [out_h, out_w, 3])
+  imagefolder ROOT  prints torchvision.datasets.ImageFolder(ROOT)'s classes and samples
+"""
+import json
+import sys
+
+import numpy as np
+import torch
+from PIL import Image
+from safetensors.torch import load_file, save_file
+
+
+def resize(out):
+    data = load_file(f"{out}/input.safetensors")
+    image = Image.fromarray(data["image"].numpy())
+    result = {}
+    for k, (x, y, w, h, ow, oh) in enumerate(data["boxes"].tolist()):
+        crop = image.crop((x, y, x + w, y + h)).resize((ow, oh), Image.BILINEAR)
+        result[f"out{k}"] = torch.from_numpy(np.asarray(crop).copy())
+    save_file(result, f"{out}/pillow.safetensors")
+    print(json.dumps({"boxes": len(result)}))
+
+
+def imagefolder(root):
+    import torchvision
+    folder = torchvision.datasets.ImageFolder(root)
+    print(json.dumps({"classes": folder.classes, "samples": [[p, c] for p, c in folder.samples]}))
+
+
+if __name__ == "__main__":
+    {"resize": resize, "imagefolder": imagefolder}[sys.argv[1]](sys.argv[2])
