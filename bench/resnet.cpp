@@ -22,6 +22,7 @@
 #include "bench_result.hpp"
 #include "frugal/frugal.hpp"
 #include "interleaved.hpp"
+#include "python_baseline.hpp"
 #include "synthetic_photo.hpp"
 
 namespace fs = std::filesystem;
@@ -99,15 +100,8 @@ double frugal_train_seconds(const std::string& variant, int64_t side, int64_t ba
   frugal::Trainer trainer(
       model,
       [](torch::nn::Module& m) {
-        std::vector<torch::Tensor> decay, no_decay;
-        for (const auto& p : m.parameters()) (p.dim() > 1 ? decay : no_decay).push_back(p);
         const auto o = torch::optim::SGDOptions(0.1).momentum(0.875).weight_decay(3.0517578125e-05);
-        std::vector<torch::optim::OptimizerParamGroup> groups;
-        groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(o));
-        auto without = std::make_unique<torch::optim::SGDOptions>(o);
-        without->weight_decay(0.0);
-        groups.emplace_back(no_decay, std::move(without));
-        return std::make_unique<torch::optim::SGD>(groups, o);
+        return std::make_unique<torch::optim::SGD>(frugal::weight_decay_groups(m, o, frugal::is_bias_or_norm), o);
       },
       data, frugal::TrainerOptions().max_steps(steps).max_epochs(steps).device("cpu").run_dir("").log_every_n_steps(steps),
       frugal::DataLoaderOptions().batch_size(batch).shuffle(false));
@@ -125,25 +119,13 @@ int train_step(const std::string& results, const std::string& python, const std:
   const int threads = static_cast<int>(torch::get_num_threads());
   const std::string script = std::string(FRUGAL_SOURCE_DIR) + "/bench/resnet_train_step.py";
   const std::string command = c10::str(python, " ", script, " ", variant, " 64 ", side, " ", batch, " ", steps, " ", threads);
-  auto python_seconds = [&] {
-    FILE* pipe = popen(command.c_str(), "r");
-    if (!pipe) throw std::runtime_error("cannot run " + command);
-    std::string out(4096, '\0');
-    out.resize(fread(out.data(), 1, out.size(), pipe));
-    if (pclose(pipe) != 0) throw std::runtime_error("failed: " + command + "\n" + out);
-    return nlohmann::json::parse(out.substr(out.find('{')))["seconds"].get<double>();
-  };
-  std::vector<double> ours, theirs;
-  for (int round = 0; round < 5; ++round) {
-    ours.push_back(frugal_warm_seconds(variant, side, batch, steps));
-    theirs.push_back(python_seconds());
-    std::printf("round %d: Frugal %.2f s, torchvision %.2f s for %lld steps\n", round, ours.back(), theirs.back(),
-                static_cast<long long>(steps));
-  }
+  const auto [ours, theirs] = frugal::bench::alternate(
+      5, [&] { return frugal_warm_seconds(variant, side, batch, steps); }, [&] { return frugal::bench::python_seconds(command); },
+      "torchvision");
   const double images = static_cast<double>(batch * steps);
   const Result r{c10::str("resnet train step CPU ", variant, " ", side, "px batch ", batch, " ", threads,
                           " threads (Frugal Trainer vs torchvision eager)"),
-                 images / frugal::bench::median(ours), "img/s", images / frugal::bench::median(theirs),
+                 images / ours, "img/s", images / theirs,
                  c10::str("build/bench/frugal_bench_resnet train-step build/bench/results.jsonl ", python, " ", variant, " ",
                           side, " ", batch, " ", steps)};
   frugal::bench::append(results, r);

@@ -8,10 +8,12 @@ set -euo pipefail
 TORCH_VERSION="2.11.0"          # matches the GPU machine; see docs/building.md
 TORCHVISION_VERSION="0.26.0"     # the torchvision release built against that torch
 PY_PACKAGES=("torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" "numpy" "pillow==11.3.0"
-             "safetensors==0.7.0" "packaging" "scikit-learn==1.8.0")  # safetensors.torch imports packaging
+             "safetensors==0.7.0" "packaging" "scikit-learn==1.8.0" "transformers==5.20.0")
+# (safetensors.torch imports packaging without declaring it; transformers 5.21+ needs a "kernels"
+# release that PyPI does not have)
 DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
               libspdlog-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgloo-dev
-              libarchive-dev libturbojpeg0-dev libxxhash-dev)
+              libarchive-dev libturbojpeg0-dev libxxhash-dev libutf8proc-dev)
 VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 
 missing=()

@@ -23,13 +23,14 @@ cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTH
   -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" -DTORCH_CUDA_ARCH_LIST=9.0 || exit 1
 cmake --build build/gpu -j "$(nproc)" --target frugal_precision_tests frugal_core_tests frugal_checkpoint_tests \
   frugal_distributed_tests frugal_data_tests frugal_bench_gpu_precision frugal_bench_data_parallel \
-  frugal_bench_data_pipeline frugal_minimal frugal_resnet_tests frugal_resnet50 frugal_bench_resnet || exit 1
+  frugal_bench_data_pipeline frugal_minimal frugal_resnet_tests frugal_resnet50 frugal_bench_resnet frugal_bert_tests \
+  frugal_bert_squad frugal_bench_bert || exit 1
 
 status=0
 # Every test, so the GPU-only ones run instead of skipping; the CPU ones must pass there too.
-for t in core precision checkpoint distributed resnet; do
-  # (the resnet parity tests need torchvision and safetensors in python3: "~[python]" skips them)
-  filter=""; [ "$t" = resnet ] && filter="~[python]"
+for t in core precision checkpoint distributed resnet bert; do
+  # (the parity tests need torchvision, transformers and safetensors in python3: "~[python]" skips them)
+  filter=""; { [ "$t" = resnet ] || [ "$t" = bert ]; } && filter="~[python]"
   (cd build/gpu/tests && ./frugal_${t}_tests $filter) > "$OUT/tests_$t.txt" 2>&1 || status=1
   tail -n 3 "$OUT/tests_$t.txt"
 done
@@ -59,6 +60,11 @@ build/gpu/bench/frugal_bench_resnet make-shards build/gpu/jpeg 25600 1000 > /dev
   --data.num_workers=16 --data.prefetch_batches=6 --trainer.max_epochs=1 --trainer.run_dir="$OUT/resnet_jpeg_bf16" \
   > "$OUT/resnet_jpeg_bf16.txt" 2>&1 || status=1
 echo "JPEG bf16: $(tail -n 1 "$OUT/resnet_jpeg_bf16.txt")"
+# BERT-large, sequence length 384, batch 32: fp16 and bf16 against fp32; then the bundled tiny SQuAD
+# example on the GPU.
+build/gpu/bench/frugal_bench_bert gpu "$OUT/results.jsonl" 32 20 || status=1
+build/gpu/examples/bert_squad/frugal_bert_squad --config examples/bert_squad/tiny.toml --trainer.device=cuda \
+  --precision.mode=bf16 --squad.cache=build/gpu/cache --trainer.run_dir="$OUT/bert_tiny" | tail -n 1 || status=1
 # The NCCL path with one rank (an explicit backend makes a real process group even alone): the
 # all-reduce bandwidth, and a data-parallel step against the same step alone, overlapped or not.
 "$python" -m torch.distributed.run --standalone --nproc-per-node=1 --no-python \

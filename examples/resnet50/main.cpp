@@ -50,16 +50,12 @@ torch::Tensor top_k(const torch::Tensor& logits, const torch::Tensor& target, in
 
 std::unique_ptr<torch::optim::Optimizer> make_sgd(torch::nn::Module& module, const OptimizerOptions& o) {
   const auto options = torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(o.weight_decay);
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : module.parameters()) (p.dim() <= 1 && !o.decay_norm_and_bias ? no_decay : decay).push_back(p);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(options));
-  if (!no_decay.empty()) {
-    auto without = std::make_unique<torch::optim::SGDOptions>(options);
-    without->weight_decay(0.0);
-    groups.emplace_back(no_decay, std::move(without));
-  }
-  return std::make_unique<torch::optim::SGD>(groups, options);
+  const bool all = o.decay_norm_and_bias;
+  return std::make_unique<torch::optim::SGD>(
+      frugal::weight_decay_groups(module, options, [all](const std::string& name, const torch::Tensor& p) {
+        return !all && frugal::is_bias_or_norm(name, p);
+      }),
+      options);
 }
 
 void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, resnet_example::ImageDataOptions& d) {

@@ -1,0 +1,43 @@
+"""The Python side of the BERT training-step benchmark: Hugging Face transformers'
+BertForQuestionAnswering (SDPA attention) trained eagerly with the same config, sequence length,
+batch, optimizer and thread count as Frugal's run; STEPS steps timed after one untimed warm-up.
+
+  python bert_train_step.py HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS  -> {"seconds": ...}
+"""
+import json
+import sys
+import time
+
+import torch
+from transformers import BertConfig, BertForQuestionAnswering
+
+
+def main(hidden, layers, heads, seq, batch, steps, threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=4 * hidden, max_position_embeddings=512)
+    model = BertForQuestionAnswering(config)
+    decay = [p for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n]
+    no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=3e-5, eps=1e-6,
+                            weight_decay=0.01)
+    ids = torch.randint(1, 30522, (batch, seq))
+    types = torch.zeros(batch, seq, dtype=torch.long)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    starts, ends = torch.randint(0, seq, (batch,)), torch.randint(0, seq, (batch,))
+    model.train()
+    start = time.perf_counter()
+    for step in range(steps + 1):
+        if step == 1:
+            start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        out = model(input_ids=ids, token_type_ids=types, attention_mask=mask, start_positions=starts, end_positions=ends)
+        out.loss.backward()
+        opt.step()
+    out.loss.item()
+    print(json.dumps({"seconds": time.perf_counter() - start}))
+
+
+if __name__ == "__main__":
+    main(*[int(a) for a in sys.argv[1:8]])

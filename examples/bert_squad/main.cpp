@@ -1,0 +1,207 @@
+// Frugal's BERT example: fine-tuning BertForQuestionAnswering on SQuAD v1.1 as NVIDIA's and
+// Hugging Face's reference scripts do: WordPiece features with max_seq_length 384, doc_stride
+// 128, max_query_length 64 (cached by the preprocessing cache), AdamW without weight decay on
+// biases and LayerNorm, linear warm-up then linear decay, the n-best span search and the official
+// EM/F1. It writes predictions.json in the official format. Every Frugal policy is a key or flag.
+//
+//   build/examples/bert_squad/frugal_bert_squad --config examples/bert_squad/tiny.toml   # bundled default
+//   build/examples/bert_squad/frugal_bert_squad --model.dir=models/bert-large-uncased-whole-word-masking
+//       --squad.train=data/squad/train-v1.1.json --squad.dev=data/squad/dev-v1.1.json
+//       --precision.mode=bf16 --data.batch_size=32 --trainer.max_epochs=2
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "frugal/frugal.hpp"
+#include "squad_data.hpp"
+
+namespace {
+namespace fs = std::filesystem;
+
+struct ModelOptions {
+  std::string dir;     // a Hugging Face model directory (config.json, vocab.txt, model.safetensors)
+  std::string config;  // without dir: a config.json to start from random weights
+  std::string vocab;   // without dir: its vocab.txt
+  bool lower_case = true;
+  int64_t seed = 0;
+};
+
+struct SquadOptions {
+  std::string train, dev;
+  frugal::SquadFeatureOptions features;
+  frugal::SquadDecodeOptions decode;
+  std::string cache = "cache/bert_features";
+  std::string predictions;  // "" = <run_dir>/predictions.json
+};
+
+struct OptimizerOptions {
+  double lr = 3e-5;
+  double weight_decay = 0.01;
+  double eps = 1e-6;
+  double warmup_fraction = 0.1;
+};
+
+std::unique_ptr<torch::optim::Optimizer> make_adamw(torch::nn::Module& module, const OptimizerOptions& o) {
+  const auto options = torch::optim::AdamWOptions(o.lr).eps(o.eps).weight_decay(o.weight_decay);
+  return std::make_unique<torch::optim::AdamW>(frugal::weight_decay_groups(module, options, frugal::is_bias_or_layer_norm), options);
+}
+
+void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, OptimizerOptions& o) {
+  config.bind("model.dir", m.dir, "Hugging Face model directory (config.json, vocab.txt, model.safetensors)");
+  config.bind("model.config", m.config, "Without model.dir: config.json of a model trained from random weights");
+  config.bind("model.vocab", m.vocab, "Without model.dir: its vocab.txt");
+  config.bind("model.lower_case", m.lower_case, "Uncased model: lower-case and strip accents");
+  config.bind("model.seed", m.seed, "Seed of the random initialisation");
+  config.bind("squad.train", s.train, "SQuAD v1.1 training file");
+  config.bind("squad.dev", s.dev, "SQuAD v1.1 dev file: EM/F1 and predictions.json at the end; \"\" = none");
+  config.bind("squad.max_seq_length", s.features.max_seq_length, "Tokens per window");
+  config.bind("squad.doc_stride", s.features.doc_stride, "Tokens between window starts");
+  config.bind("squad.max_query_length", s.features.max_query_length, "Question tokens kept");
+  config.bind("squad.n_best", s.decode.n_best, "Start and end candidates per window");
+  config.bind("squad.max_answer_length", s.decode.max_answer_length, "Longest answer, in tokens");
+  config.bind("squad.cache", s.cache, "Preprocessing cache for the features; \"\" = tokenize every run");
+  config.bind("squad.predictions", s.predictions, "Where to write predictions.json; \"\" = <run_dir>/predictions.json");
+  config.bind("optimizer.lr", o.lr, "AdamW peak learning rate");
+  config.bind("optimizer.weight_decay", o.weight_decay, "AdamW weight decay (not on biases and LayerNorm)");
+  config.bind("optimizer.eps", o.eps, "AdamW epsilon");
+  config.bind("optimizer.warmup_fraction", o.warmup_fraction, "Share of the steps spent warming up, then linear decay");
+  config.add_check("squad", [&s] {
+    if (s.features.max_seq_length < 8) throw frugal::OptionError("max_seq_length", "max_seq_length must be >= 8");
+    if (s.features.doc_stride < 1) throw frugal::OptionError("doc_stride", "doc_stride must be >= 1");
+    if (s.features.max_query_length < 1) throw frugal::OptionError("max_query_length", "max_query_length must be >= 1");
+    if (s.decode.n_best < 1) throw frugal::OptionError("n_best", "n_best must be >= 1");
+    if (s.decode.max_answer_length < 1) throw frugal::OptionError("max_answer_length", "max_answer_length must be >= 1");
+  });
+  config.add_check("optimizer", [&o] {
+    if (!(o.lr > 0)) throw frugal::OptionError("lr", c10::str("lr must be > 0, got ", o.lr));
+    if (o.weight_decay < 0) throw frugal::OptionError("weight_decay", "weight_decay must be >= 0");
+    if (o.warmup_fraction < 0 || o.warmup_fraction > 1) throw frugal::OptionError("warmup_fraction", "warmup_fraction must be in [0, 1]");
+  });
+}
+
+// Start and end logits of every feature, in batches, on the trainer's device.
+std::pair<std::vector<float>, std::vector<float>> predict(frugal::BertForQuestionAnsweringImpl& net, const bert_example::FeatureTensors& f,
+                                                          const torch::Device& device, int64_t batch_size) {
+  torch::NoGradGuard no_grad;
+  net.eval();
+  std::vector<torch::Tensor> starts, ends;
+  for (int64_t i = 0; i < f.size(); i += batch_size) {
+    const int64_t j = std::min(f.size(), i + batch_size);
+    auto [s, e] = net.forward(f.input_ids.slice(0, i, j).to(device), f.token_type_ids.slice(0, i, j).to(device),
+                              f.attention_mask.slice(0, i, j).to(device));
+    starts.push_back(s.to(torch::kCPU, torch::kFloat32));
+    ends.push_back(e.to(torch::kCPU, torch::kFloat32));
+  }
+  net.train();
+  auto flat = [](const std::vector<torch::Tensor>& parts) {
+    const torch::Tensor t = torch::cat(parts).contiguous();
+    return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  };
+  return {flat(starts), flat(ends)};
+}
+
+int run(int argc, char** argv) {
+  frugal::StandardOptions options;
+  options.trainer.max_epochs(2).run_dir("runs/bert_squad").log_every_n_steps(50);
+  options.data.batch_size(32).drop_last(false);
+  ModelOptions m;
+  SquadOptions s;
+  OptimizerOptions o;
+  frugal::Config config;
+  frugal::bind(config, options);
+  bind_example(config, m, s, o);
+  const frugal::ProgramStart start = frugal::start_program(argc, argv, config, options, "Frugal BERT example: SQuAD v1.1 fine-tuning");
+  const frugal::CommandLine& cli = start.cli;
+  if (cli.exit_code) {
+    std::cout << cli.message;
+    return *cli.exit_code;
+  }
+  if (s.train.empty()) throw frugal::OptionError("squad.train", "squad.train: a SQuAD v1.1 training file is required");
+  if (m.dir.empty() && (m.config.empty() || m.vocab.empty())) {
+    throw frugal::OptionError("model.dir", "model.dir, or model.config and model.vocab, must name the model");
+  }
+  const fs::path vocab = m.dir.empty() ? fs::path(m.vocab) : fs::path(m.dir) / "vocab.txt";
+  frugal::WordPieceOptions tokenizer_options;
+  tokenizer_options.lower_case = m.lower_case;
+  const frugal::WordPieceTokenizer tokenizer = frugal::WordPieceTokenizer::from_vocab_file(vocab, tokenizer_options);
+
+  const auto train_examples = frugal::read_squad(s.train);
+  auto train = std::make_shared<bert_example::FeatureDataset>(
+      bert_example::squad_features(s.train, train_examples, tokenizer, vocab, s.features, /*training=*/true, s.cache));
+  std::vector<frugal::SquadExample> dev_examples;
+  std::shared_ptr<bert_example::FeatureDataset> dev;
+  if (!s.dev.empty()) {
+    dev_examples = frugal::read_squad(s.dev);
+    dev = std::make_shared<bert_example::FeatureDataset>(
+        bert_example::squad_features(s.dev, dev_examples, tokenizer, vocab, s.features, /*training=*/true, s.cache));
+  }
+  frugal::log::info(c10::str("SQuAD: ", train_examples.size(), " training questions in ", train->size(), " windows",
+                             dev ? c10::str(", ", dev_examples.size(), " dev questions in ", dev->size(), " windows") : std::string()));
+
+  torch::manual_seed(static_cast<uint64_t>(m.seed));
+  frugal::BertForQuestionAnswering net = m.dir.empty()
+                                              ? frugal::BertForQuestionAnswering(frugal::BertConfig::from_json_file(m.config))
+                                              : frugal::load_bert_for_qa(m.dir);
+  if (net->config().vocab_size < static_cast<int64_t>(tokenizer.vocab().size())) {
+    throw frugal::DataError(vocab.string(), -1, c10::str("has ", tokenizer.vocab().size(), " entries but the model's vocab_size is ",
+                                                         net->config().vocab_size));
+  }
+  auto forward = [](frugal::BertForQuestionAnsweringImpl& n, const frugal::Batch& b) {
+    return n.forward(b.input, b.extra.at("token_type_ids"), b.extra.at("attention_mask"));
+  };
+  frugal::Model model(
+      net.ptr(),
+      frugal::LossFn<frugal::BertForQuestionAnsweringImpl>([forward](frugal::BertForQuestionAnsweringImpl& n, const frugal::Batch& b) {
+        auto [start_logits, end_logits] = forward(n, b);
+        return frugal::question_answering_loss(start_logits, end_logits, b.target.select(1, 0), b.target.select(1, 1));
+      }),
+      frugal::MetricsFn<frugal::BertForQuestionAnsweringImpl>([forward](frugal::BertForQuestionAnsweringImpl& n, const frugal::Batch& b) {
+        auto [start_logits, end_logits] = forward(n, b);
+        const torch::Tensor starts = b.target.select(1, 0), ends = b.target.select(1, 1);
+        return frugal::BatchMetrics{
+            {"loss", frugal::question_answering_loss(start_logits, end_logits, starts, ends)},
+            {"span_accuracy", (start_logits.argmax(1).eq(starts) & end_logits.argmax(1).eq(ends)).to(torch::kFloat32).mean()}};
+      }));
+  frugal::Trainer trainer(model, [o](torch::nn::Module& module) { return make_adamw(module, o); }, train, options.trainer,
+                          options.data);
+  if (dev) trainer.set_validation_data(dev);
+  auto schedule = [&] {
+    const int64_t total = options.trainer.max_steps() > 0 ? options.trainer.max_steps()
+                                                          : options.trainer.max_epochs() * frugal::optimizer_steps_per_epoch(trainer, options);
+    const auto warmup = static_cast<int64_t>(o.warmup_fraction * static_cast<double>(total));
+    trainer.set_lr_schedule(frugal::lr::linear_warmup_decay(warmup, std::max<int64_t>(total, warmup)));
+  };
+  if (cli.smoke_test_only) {
+    schedule();
+    return frugal::run_smoke_test_only(trainer, options.smoke_test);
+  }
+  frugal::add_policies(trainer, options, config.to_toml());
+  schedule();
+  const frugal::FitResult result = trainer.fit();
+  if (trainer.rank() != 0) return 0;
+  std::cout << "bert_squad: " << net->config().num_hidden_layers << " layers, hidden " << net->config().hidden_size << ", "
+            << result.state.step << " steps in " << result.seconds << " s (" << result.samples_per_second
+            << " seq/s), final train loss " << result.train_loss;
+  if (dev) {
+    auto [start_logits, end_logits] = predict(*net, dev->features(), trainer.device(), options.data.batch_size());
+    const auto predictions = frugal::best_answers(dev_examples, dev->features().records(), start_logits, end_logits, s.decode);
+    const fs::path out = !s.predictions.empty()             ? fs::path(s.predictions)
+                         : options.trainer.run_dir().empty() ? fs::path("predictions.json")
+                                                             : fs::path(options.trainer.run_dir()) / "predictions.json";
+    std::ofstream(out) << nlohmann::json(predictions).dump(1);
+    const frugal::SquadScore score = frugal::squad_score(dev_examples, predictions);
+    std::cout << ", dev exact_match " << score.exact_match << " f1 " << score.f1 << " (" << score.questions
+              << " questions, predictions in " << out.string() << ")";
+  }
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return frugal::run_program("frugal_bert_squad", [&] { return run(argc, argv); });
+}

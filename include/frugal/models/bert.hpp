@@ -1,0 +1,194 @@
+#pragma once
+// BERT for extractive question answering with Hugging Face's parameter names
+// (BertForQuestionAnswering: "bert.embeddings.word_embeddings.weight",
+// "bert.encoder.layer.0.attention.self.query.weight" ... "qa_outputs.weight"), so a Hugging Face
+// model directory (config.json + model.safetensors) loads directly, whether it holds a QA head or
+// only the encoder. Attention goes through at::scaled_dot_product_attention, which picks the
+// flash or memory-efficient kernels on a GPU.
+//
+//   frugal::BertForQuestionAnswering net = frugal::load_bert_for_qa("models/bert-large-uncased");
+//   auto [start, end] = net->forward(input_ids, token_type_ids, attention_mask);  // [N, S] each
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+
+namespace frugal {
+
+/// The fields of a Hugging Face BERT config.json that shape the model.
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  std::string hidden_act = "gelu";  // gelu (exact), gelu_new / gelu_pytorch_tanh (tanh), relu
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+  double initializer_range = 0.02;
+  int64_t pad_token_id = 0;
+
+  /// Reads a Hugging Face config.json; DataError naming the file and key on a bad value.
+  static BertConfig from_json_file(const std::filesystem::path& file);
+  /// "tiny" (2 layers, 128 hidden), "base" or "large" (BERT-large: 24 layers, 1024 hidden, 16 heads).
+  static BertConfig preset(const std::string& name);
+  /// Throws OptionError naming the bad field and value.
+  void validate() const;
+  /// Multiply-accumulates x 2 of one forward pass over `seq_len` tokens (matmuls and attention).
+  double forward_flops(int64_t seq_len) const;
+};
+
+class BertEmbeddingsImpl : public torch::nn::Cloneable<BertEmbeddingsImpl> {
+ public:
+  explicit BertEmbeddingsImpl(BertConfig config) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids);
+  torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
+  torch::nn::LayerNorm LayerNorm{nullptr};  // Hugging Face's name
+  torch::nn::Dropout dropout{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertEmbeddings);
+
+/// "query", "key", "value" projections; attention itself is computed by BertAttention.
+class BertSelfAttentionImpl : public torch::nn::Cloneable<BertSelfAttentionImpl> {
+ public:
+  explicit BertSelfAttentionImpl(BertConfig config) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  /// Attention of hidden [N, S, H] under `mask` (bool [N, 1, 1, S], true = attend) → [N, S, H].
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& mask);
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertSelfAttention);
+
+/// "dense" + dropout + residual + "LayerNorm": Hugging Face's BertSelfOutput and BertOutput.
+class BertResidualOutputImpl : public torch::nn::Cloneable<BertResidualOutputImpl> {
+ public:
+  BertResidualOutputImpl(BertConfig config, int64_t in_features) : config_(std::move(config)), in_features_(in_features) { reset(); }
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual);
+  torch::nn::Linear dense{nullptr};
+  torch::nn::LayerNorm LayerNorm{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+
+ private:
+  BertConfig config_;
+  int64_t in_features_;
+};
+TORCH_MODULE(BertResidualOutput);
+
+class BertAttentionImpl : public torch::nn::Cloneable<BertAttentionImpl> {
+ public:
+  explicit BertAttentionImpl(BertConfig config) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& mask);
+  BertSelfAttention self{nullptr};  // registered as "self"
+  BertResidualOutput output{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertAttention);
+
+/// "dense" then the activation.
+class BertIntermediateImpl : public torch::nn::Cloneable<BertIntermediateImpl> {
+ public:
+  explicit BertIntermediateImpl(BertConfig config) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear dense{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertIntermediate);
+
+class BertLayerImpl : public torch::nn::Cloneable<BertLayerImpl> {
+ public:
+  explicit BertLayerImpl(BertConfig config) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& mask);
+  BertAttention attention{nullptr};
+  BertIntermediate intermediate{nullptr};
+  BertResidualOutput output{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertLayer);
+
+/// "layer.<i>".
+class BertEncoderImpl : public torch::nn::Cloneable<BertEncoderImpl> {
+ public:
+  explicit BertEncoderImpl(BertConfig config) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  torch::Tensor forward(torch::Tensor hidden, const torch::Tensor& mask);
+  torch::nn::ModuleList layer{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertEncoder);
+
+/// "embeddings" and "encoder" (no pooler: question answering does not use it).
+class BertModelImpl : public torch::nn::Cloneable<BertModelImpl> {
+ public:
+  explicit BertModelImpl(BertConfig config) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  /// Hidden states [N, S, H]; attention_mask [N, S] is 1 for tokens and 0 for padding.
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& attention_mask);
+  const BertConfig& config() const { return config_; }
+  BertEmbeddings embeddings{nullptr};
+  BertEncoder encoder{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertModel);
+
+class BertForQuestionAnsweringImpl : public torch::nn::Cloneable<BertForQuestionAnsweringImpl> {
+ public:
+  explicit BertForQuestionAnsweringImpl(BertConfig config = {}) : config_(std::move(config)) { reset(); }
+  void reset() override;
+  /// Start and end logits [N, S], float32 under autocast (as the loss wants), float64 in float64.
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                                                  const torch::Tensor& attention_mask);
+  /// Initialises the QA head as Hugging Face does (normal(0, initializer_range), zero bias).
+  void init_qa_head();
+  const BertConfig& config() const { return config_; }
+  BertModel bert{nullptr};
+  torch::nn::Linear qa_outputs{nullptr};
+
+ private:
+  BertConfig config_;
+};
+TORCH_MODULE(BertForQuestionAnswering);
+
+/// Hugging Face's QA loss: the mean of the start and end cross-entropies.
+torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
+                                      const torch::Tensor& start_positions, const torch::Tensor& end_positions);
+
+/// Loads a Hugging Face model directory (config.json, model.safetensors). Accepts a
+/// BertForQuestionAnswering checkpoint or an encoder one (BertModel, BertForPreTraining: names
+/// with or without "bert."; old "gamma"/"beta" LayerNorm names); a missing QA head is initialised
+/// and the log says so; heads of other tasks are ignored and listed. A missing encoder tensor or
+/// a shape mismatch is a DataError naming it.
+BertForQuestionAnswering load_bert_for_qa(const std::filesystem::path& model_dir);
+
+}  // namespace frugal

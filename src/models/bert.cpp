@@ -1,0 +1,322 @@
+#include "frugal/models/bert.hpp"
+
+#include <c10/util/StringUtil.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "frugal/errors.hpp"
+#include "frugal/io/safetensors.hpp"
+#include "frugal/log.hpp"
+
+namespace frugal {
+namespace fs = std::filesystem;
+namespace {
+
+torch::nn::LayerNorm layer_norm(const BertConfig& c) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
+}
+
+// Hugging Face's _init_weights: normal(0, initializer_range) weights, zero biases, the padding
+// embedding row zero, LayerNorm 1 / 0.
+void init_like_hugging_face(torch::nn::Module& module, const BertConfig& c) {
+  torch::NoGradGuard no_grad;
+  auto init = [&c](torch::nn::Module& m) {
+    if (auto* linear = m.as<torch::nn::Linear>()) {
+      linear->weight.normal_(0.0, c.initializer_range);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else if (auto* embedding = m.as<torch::nn::Embedding>()) {
+      embedding->weight.normal_(0.0, c.initializer_range);
+      const auto& pad = embedding->options.padding_idx();
+      if (pad && *pad >= 0 && *pad < embedding->weight.size(0)) embedding->weight[*pad].zero_();
+    } else if (auto* norm = m.as<torch::nn::LayerNorm>()) {
+      norm->weight.fill_(1.0);
+      norm->bias.zero_();
+    }
+  };
+  init(module);  // (modules(include_self) needs a module already held by a shared_ptr)
+  for (auto& m : module.modules(/*include_self=*/false)) init(*m);
+}
+
+torch::Tensor activation(const torch::Tensor& x, const std::string& name) {
+  if (name == "gelu") return torch::gelu(x);
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return torch::gelu(x, "tanh");
+  return torch::relu(x);
+}
+
+}  // namespace
+
+BertConfig BertConfig::from_json_file(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw DataError(file.string(), -1, "cannot open (a Hugging Face model directory holds config.json)");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw DataError(file.string(), static_cast<int64_t>(e.byte) - 1, c10::str("not valid JSON: ", e.what()));
+  }
+  if (!json.is_object()) throw DataError(file.string(), -1, "is not a JSON object");
+  BertConfig c;
+  auto integer = [&](const char* key, int64_t& field) {
+    if (!json.contains(key)) return;
+    if (!json[key].is_number_integer()) throw DataError(file.string(), -1, c10::str("$.", key, ": expected an integer"));
+    field = json[key].get<int64_t>();
+  };
+  auto number = [&](const char* key, double& field) {
+    if (!json.contains(key)) return;
+    if (!json[key].is_number()) throw DataError(file.string(), -1, c10::str("$.", key, ": expected a number"));
+    field = json[key].get<double>();
+  };
+  integer("vocab_size", c.vocab_size);
+  integer("hidden_size", c.hidden_size);
+  integer("num_hidden_layers", c.num_hidden_layers);
+  integer("num_attention_heads", c.num_attention_heads);
+  integer("intermediate_size", c.intermediate_size);
+  integer("max_position_embeddings", c.max_position_embeddings);
+  integer("type_vocab_size", c.type_vocab_size);
+  if (json.contains("pad_token_id") && json["pad_token_id"].is_number_integer()) c.pad_token_id = json["pad_token_id"].get<int64_t>();
+  number("hidden_dropout_prob", c.hidden_dropout_prob);
+  number("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+  number("layer_norm_eps", c.layer_norm_eps);
+  number("initializer_range", c.initializer_range);
+  if (json.contains("hidden_act")) {
+    if (!json["hidden_act"].is_string()) throw DataError(file.string(), -1, "$.hidden_act: expected a string");
+    c.hidden_act = json["hidden_act"].get<std::string>();
+  }
+  if (json.contains("position_embedding_type") && json["position_embedding_type"] != "absolute") {
+    throw DataError(file.string(), -1, "$.position_embedding_type: only \"absolute\" is supported");
+  }
+  try {
+    c.validate();
+  } catch (const OptionError& e) {
+    throw DataError(file.string(), -1, c10::str("$.", e.option(), ": ", e.what()));
+  }
+  return c;
+}
+
+BertConfig BertConfig::preset(const std::string& name) {
+  BertConfig c;
+  if (name == "tiny") {
+    c.hidden_size = 128;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 2;
+    c.intermediate_size = 512;
+  } else if (name == "large") {
+    c.hidden_size = 1024;
+    c.num_hidden_layers = 24;
+    c.num_attention_heads = 16;
+    c.intermediate_size = 4096;
+  } else if (name != "base") {
+    throw OptionError("preset", c10::str("unknown BERT preset '", name, "' (tiny, base, large)"));
+  }
+  return c;
+}
+
+void BertConfig::validate() const {
+  auto positive = [](const char* field, int64_t v) {
+    if (v < 1) throw OptionError(field, c10::str(field, " must be >= 1, got ", v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("intermediate_size", intermediate_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  positive("type_vocab_size", type_vocab_size);
+  if (hidden_size % num_attention_heads != 0) {
+    throw OptionError("num_attention_heads", c10::str("hidden_size ", hidden_size, " is not a multiple of num_attention_heads ",
+                                                      num_attention_heads));
+  }
+  if (hidden_act != "gelu" && hidden_act != "gelu_new" && hidden_act != "gelu_pytorch_tanh" && hidden_act != "relu") {
+    throw OptionError("hidden_act", "hidden_act must be gelu, gelu_new, gelu_pytorch_tanh or relu, got " + hidden_act);
+  }
+  for (const double p : {hidden_dropout_prob, attention_probs_dropout_prob}) {
+    if (p < 0 || p >= 1) throw OptionError("hidden_dropout_prob", c10::str("dropout probabilities must be in [0, 1), got ", p));
+  }
+}
+
+double BertConfig::forward_flops(int64_t seq_len) const {
+  const double s = static_cast<double>(seq_len), h = static_cast<double>(hidden_size), i = static_cast<double>(intermediate_size);
+  const double per_layer = 2 * s * (4 * h * h + 2 * h * i) + 2 * 2 * s * s * h;  // projections + MLP, QK^T and AV
+  return static_cast<double>(num_hidden_layers) * per_layer + 2 * s * h * 2;     // + the QA head
+}
+
+void BertEmbeddingsImpl::reset() {
+  const auto& c = config_;
+  word_embeddings = register_module("word_embeddings",
+                                    torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size).padding_idx(c.pad_token_id)));
+  position_embeddings = register_module("position_embeddings", torch::nn::Embedding(c.max_position_embeddings, c.hidden_size));
+  token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(c.type_vocab_size, c.hidden_size));
+  LayerNorm = register_module("LayerNorm", layer_norm(c));
+  dropout = register_module("dropout", torch::nn::Dropout(c.hidden_dropout_prob));
+}
+
+torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids) {
+  const int64_t seq_len = input_ids.size(1);
+  if (seq_len > config_.max_position_embeddings) {
+    throw TrainingError(c10::str("BERT: sequence length ", seq_len, " exceeds max_position_embeddings ", config_.max_position_embeddings));
+  }
+  const torch::Tensor positions = torch::arange(seq_len, input_ids.options().dtype(torch::kLong)).unsqueeze(0);
+  torch::Tensor x = word_embeddings(input_ids) + token_type_embeddings(token_type_ids) + position_embeddings(positions);
+  return dropout(LayerNorm(x));
+}
+
+void BertSelfAttentionImpl::reset() {
+  const int64_t h = config_.hidden_size;
+  query = register_module("query", torch::nn::Linear(h, h));
+  key = register_module("key", torch::nn::Linear(h, h));
+  value = register_module("value", torch::nn::Linear(h, h));
+}
+
+torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
+  const int64_t n = hidden.size(0), s = hidden.size(1), heads = config_.num_attention_heads;
+  const int64_t d = config_.hidden_size / heads;
+  auto split = [&](const torch::Tensor& t) { return t.view({n, s, heads, d}).transpose(1, 2); };  // [N, heads, S, d]
+  const double dropout = is_training() ? config_.attention_probs_dropout_prob : 0.0;
+  const torch::Tensor context =
+      at::scaled_dot_product_attention(split(query(hidden)), split(key(hidden)), split(value(hidden)), mask, dropout);
+  return context.transpose(1, 2).reshape({n, s, config_.hidden_size});
+}
+
+void BertResidualOutputImpl::reset() {
+  dense = register_module("dense", torch::nn::Linear(in_features_, config_.hidden_size));
+  LayerNorm = register_module("LayerNorm", layer_norm(config_));
+  dropout = register_module("dropout", torch::nn::Dropout(config_.hidden_dropout_prob));
+}
+
+torch::Tensor BertResidualOutputImpl::forward(const torch::Tensor& x, const torch::Tensor& residual) {
+  return LayerNorm(dropout(dense(x)) + residual);
+}
+
+void BertAttentionImpl::reset() {
+  self = register_module("self", BertSelfAttention(config_));
+  output = register_module("output", BertResidualOutput(config_, config_.hidden_size));
+}
+
+torch::Tensor BertAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
+  return output(self(hidden, mask), hidden);
+}
+
+void BertIntermediateImpl::reset() { dense = register_module("dense", torch::nn::Linear(config_.hidden_size, config_.intermediate_size)); }
+
+torch::Tensor BertIntermediateImpl::forward(const torch::Tensor& x) { return activation(dense(x), config_.hidden_act); }
+
+void BertLayerImpl::reset() {
+  attention = register_module("attention", BertAttention(config_));
+  intermediate = register_module("intermediate", BertIntermediate(config_));
+  output = register_module("output", BertResidualOutput(config_, config_.intermediate_size));
+}
+
+torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
+  const torch::Tensor attended = attention(hidden, mask);
+  return output(intermediate(attended), attended);
+}
+
+void BertEncoderImpl::reset() {
+  layer = register_module("layer", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layer->push_back(BertLayer(config_));
+}
+
+torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const torch::Tensor& mask) {
+  for (const auto& module : *layer) hidden = module->as<BertLayerImpl>()->forward(hidden, mask);
+  return hidden;
+}
+
+void BertModelImpl::reset() {
+  config_.validate();
+  embeddings = register_module("embeddings", BertEmbeddings(config_));
+  encoder = register_module("encoder", BertEncoder(config_));
+  init_like_hugging_face(*this, config_);
+}
+
+torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
+                                     const torch::Tensor& attention_mask) {
+  // bool [N, 1, 1, S]: every query attends to the real tokens only.
+  const torch::Tensor mask = attention_mask.to(torch::kBool).view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
+  return encoder(embeddings(input_ids, token_type_ids), mask);
+}
+
+void BertForQuestionAnsweringImpl::reset() {
+  bert = register_module("bert", BertModel(config_));
+  qa_outputs = register_module("qa_outputs", torch::nn::Linear(config_.hidden_size, 2));
+  init_qa_head();
+}
+
+void BertForQuestionAnsweringImpl::init_qa_head() { init_like_hugging_face(*qa_outputs, config_); }
+
+std::pair<torch::Tensor, torch::Tensor> BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids,
+                                                                               const torch::Tensor& token_type_ids,
+                                                                               const torch::Tensor& attention_mask) {
+  torch::Tensor logits = qa_outputs(bert(input_ids, token_type_ids, attention_mask));
+  if (logits.scalar_type() != torch::kFloat64) logits = logits.to(torch::kFloat32);  // fp16/bf16 under autocast
+  auto parts = logits.split(1, -1);
+  return {parts[0].squeeze(-1), parts[1].squeeze(-1)};
+}
+
+torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const torch::Tensor& end_logits,
+                                      const torch::Tensor& start_positions, const torch::Tensor& end_positions) {
+  return (torch::nn::functional::cross_entropy(start_logits, start_positions) +
+          torch::nn::functional::cross_entropy(end_logits, end_positions)) /
+         2;
+}
+
+BertForQuestionAnswering load_bert_for_qa(const fs::path& model_dir) {
+  const BertConfig config = BertConfig::from_json_file(model_dir / "config.json");
+  BertForQuestionAnswering net(config);
+  const fs::path weights = model_dir / "model.safetensors";
+  SafetensorsReader reader(weights);
+  // File name → the model's name: "bert." prefix optional (BertModel checkpoints lack it), old
+  // TensorFlow-era LayerNorm names "gamma"/"beta".
+  bool prefixed = false;
+  for (const auto& name : reader.names()) prefixed = prefixed || name.rfind("bert.", 0) == 0;
+  auto model_name = [&](std::string name) {
+    if (!prefixed && name.rfind("qa_outputs.", 0) != 0) name = "bert." + name;
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"LayerNorm.gamma", "LayerNorm.weight"}, {"LayerNorm.beta", "LayerNorm.bias"}}) {
+      if (name.size() >= from.size() && name.compare(name.size() - from.size(), from.size(), from) == 0) {
+        name = name.substr(0, name.size() - from.size()) + to;
+      }
+    }
+    return name;
+  };
+  std::map<std::string, std::string> file_of;
+  for (const auto& name : reader.names()) file_of.emplace(model_name(name), name);
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> ignored;
+  std::set<std::string> used;
+  bool head_missing = false;
+  for (auto& item : net->named_parameters(/*recurse=*/true)) {
+    const auto it = file_of.find(item.key());
+    if (it == file_of.end()) {
+      if (item.key().rfind("qa_outputs.", 0) == 0) {
+        head_missing = true;
+        continue;
+      }
+      throw DataError(weights.string(), -1, "has no tensor for the encoder's '" + item.key() + "'");
+    }
+    const SafetensorsEntry& e = reader.entry(it->second);
+    if (c10::IntArrayRef(e.shape) != item.value().sizes()) {
+      throw DataError(weights.string(), -1, c10::str("tensor '", it->second, "' has shape ", c10::IntArrayRef(e.shape), " but ",
+                                                     model_dir / "config.json", " makes '", item.key(), "' ", item.value().sizes()));
+    }
+    item.value().copy_(reader.read(it->second));
+    used.insert(it->second);
+  }
+  for (const auto& name : reader.names()) {
+    if (!used.count(name)) ignored.push_back(name);
+  }
+  if (head_missing) {
+    net->init_qa_head();
+    log::info(c10::str(weights.string(), " holds no question-answering head: qa_outputs initialised (normal, std ",
+                       config.initializer_range, ")"));
+  }
+  if (!ignored.empty()) {
+    log::info(c10::str("ignored ", ignored.size(), " tensors of ", weights.string(), " that question answering does not use (first: '",
+                       ignored.front(), "')"));
+  }
+  return net;
+}
+
+}  // namespace frugal

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The BERT example end to end on the bundled SQuAD-format data: loss falls, EM/F1 and an
+# official-format predictions.json come out, the second run reuses the cached features, policies
+# switch on from the command line, a checkpointed run resumes, bad input names the file and path.
+set -euo pipefail
+exe="$1"; source_dir="$2"; work="$3"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+d="$source_dir/examples/bert_squad"
+base=(--config "$d/tiny.toml" --model.config="$d/tiny_config.json" --model.vocab="$d/data/vocab.txt"
+      --squad.train="$d/data/train.json" --squad.cache=cache --trainer.device=cpu)
+common=("${base[@]}" --squad.dev="$d/data/dev.json")
+
+"$exe" "${common[@]}" --trainer.max_epochs=4 --trainer.run_dir=run > run.log 2>&1 || fail "training run: $(tail -3 run.log)"
+tail -n 1 run.log
+grep -q "preprocessing cache miss: building bert_squad_features" run.log || fail "the features were not built into the cache"
+grep -q 'smoke test passed' run/train.log || fail "the smoke test did not run"
+first=$(grep -m1 -o '"loss":[0-9.]*' run/metrics.jsonl | cut -d: -f2)
+last=$(grep '"event":"validation"' run/metrics.jsonl | tail -1 | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a * 0.75) }' || fail "loss did not fall: first train $first, last validation $last"
+f1=$(sed -n 's/.* f1 \([0-9.]*\).*/\1/p' run.log)
+awk -v f="$f1" 'BEGIN { exit !(f > 15) }' || fail "dev F1 $f1 <= 15"
+python3 -c "import json,sys; p=json.load(open('run/predictions.json')); assert len(p)==180 and all(isinstance(v,str) for v in p.values())" \
+  || fail "predictions.json is not {id: answer text} for the 180 dev questions"
+
+# Second run: features from the cache; bf16 autocast, accumulation, clipping, checkpoints.
+"$exe" "${common[@]}" --trainer.max_epochs=1 --trainer.run_dir=ck --precision.mode=bf16 --accumulation.steps=2 \
+  --clipping.mode=norm --checkpoint.enabled=true > ck1.log 2>&1 || fail "policies run: $(tail -3 ck1.log)"
+grep -q "preprocessing cache hit: bert_squad_features" ck1.log || fail "the second run tokenized again"
+"$exe" "${common[@]}" --trainer.max_epochs=2 --trainer.run_dir=ck --precision.mode=bf16 --accumulation.steps=2 \
+  --clipping.mode=norm --checkpoint.enabled=true > ck2.log 2>&1 || fail "resumed run: $(tail -3 ck2.log)"
+grep -q "resumed at step 17, epoch 1" ck2.log || fail "did not resume: $(grep -m2 -i resum ck2.log)"
+
+"$exe" "${common[@]}" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
+
+set +e
+printf '{"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "1", "question": 7}]}]}]}' > bad.json
+err=$("$exe" "${base[@]}" --squad.dev=bad.json --trainer.run_dir=bad 2>&1); rc=$?
+[ "$rc" -eq 1 ] && echo "$err" | grep -q 'bad.json: $.data\[0\].paragraphs\[0\].qas\[0\].question: expected string' \
+  || fail "malformed SQuAD: exit $rc: $err"
+err=$("$exe" "${common[@]}" --squad.max_seq_length=many 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$err" | grep -q "squad.max_seq_length" || fail "bad value: exit $rc: $err"
+set -e
+echo PASS

@@ -1,0 +1,97 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "frugal/errors.hpp"
+#include "frugal/io/safetensors.hpp"
+#include "frugal/models/bert.hpp"
+#include "support/fixtures.hpp"
+#include "support/python_reference.hpp"
+
+using namespace frugal;
+using namespace frugal::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() / b.to(torch::kFloat64).abs().max().clamp_min(1e-12))
+      .item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("BERT QA matches Hugging Face transformers: names, eval logits, train loss and gradients, encoder-only checkpoints",
+          "[python]") {
+  Seeded seeded;
+  const fs::path dir = scratch_dir("bert_parity");
+  const auto json = run_python_reference("hf_bert_qa.py", "make " + dir.string());
+  const auto ref = read_safetensors(dir / "reference.safetensors");
+  BertForQuestionAnswering net = load_bert_for_qa(dir / "qa");
+  const torch::Tensor& ids = ref.at("input_ids");
+  const torch::Tensor& types = ref.at("token_type_ids");
+  const torch::Tensor& mask = ref.at("attention_mask");
+
+  net->eval();
+  {
+    torch::NoGradGuard no_grad;
+    auto [start, end] = net->forward(ids, types, mask);
+    CHECK(relative_difference(start, ref.at("start_logits")) < 1e-5);
+    CHECK(relative_difference(end, ref.at("end_logits")) < 1e-5);
+  }
+  // Train mode in float64 (as the ResNet parity test, for exact agreement).
+  net->to(torch::kFloat64);
+  net->train();
+  auto [start, end] = net->forward(ids, types, mask);
+  REQUIRE(start.scalar_type() == torch::kFloat64);
+  const torch::Tensor loss = question_answering_loss(start, end, ref.at("start_positions"), ref.at("end_positions"));
+  CHECK(relative_difference(loss.reshape({1}), ref.at("loss")) < 1e-10);
+  loss.backward();
+  const auto params = net->named_parameters();
+  for (const auto& name : json["grads"].get<std::vector<std::string>>()) {
+    INFO(name);
+    REQUIRE(params.contains(name));
+    CHECK(relative_difference(params[name].grad(), ref.at("grad." + name)) < 1e-8);
+  }
+
+  // An encoder-only checkpoint (BertModel: no "bert." prefix, no QA head) loads the same encoder.
+  BertForQuestionAnswering encoder_only = load_bert_for_qa(dir / "encoder");
+  BertForQuestionAnswering full = load_bert_for_qa(dir / "qa");
+  const auto a = encoder_only->bert->named_parameters(), b = full->bert->named_parameters();
+  for (const auto& item : b) CHECK(torch::equal(a[item.key()], item.value()));
+  CHECK(encoder_only->qa_outputs->bias.abs().sum().item<double>() == 0.0);  // initialised: zero bias
+}
+
+TEST_CASE("BERT configs: presets, config.json errors name the file and key, FLOPs", "[bert]") {
+  const fs::path dir = scratch_dir("bert_config");
+  CHECK(BertConfig::preset("large").num_hidden_layers == 24);
+  CHECK_THROWS_AS(BertConfig::preset("huge"), OptionError);
+  std::ofstream(dir / "bad.json") << R"({"hidden_size": 30, "num_attention_heads": 4})";
+  CHECK_THROWS_WITH(BertConfig::from_json_file(dir / "bad.json"), Catch::Contains("bad.json") && Catch::Contains("$.num_attention_heads"));
+  std::ofstream(dir / "type.json") << R"({"hidden_size": "big"})";
+  CHECK_THROWS_WITH(BertConfig::from_json_file(dir / "type.json"), Catch::Contains("$.hidden_size: expected an integer"));
+  std::ofstream(dir / "syntax.json") << R"({"hidden_size": )";
+  CHECK_THROWS_WITH(BertConfig::from_json_file(dir / "syntax.json"), Catch::Contains("not valid JSON"));
+  // BERT-large at 384 tokens: ~2 x 0.33 G params x 384 tokens plus attention, about 250 GFLOPs.
+  const double flops = BertConfig::preset("large").forward_flops(384);
+  CHECK(flops > 2.3e11);
+  CHECK(flops < 2.8e11);
+  // A wrong shape in the checkpoint names the tensor.
+  BertConfig tiny = BertConfig::preset("tiny");
+  tiny.vocab_size = 50;
+  BertForQuestionAnswering net(tiny);
+  fs::create_directories(dir / "model");
+  save_safetensors(*net, dir / "model" / "model.safetensors");
+  std::ofstream(dir / "model" / "config.json") << R"({"vocab_size": 60, "hidden_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "intermediate_size": 512})";
+  CHECK_THROWS_WITH(load_bert_for_qa(dir / "model"), Catch::Contains("bert.embeddings.word_embeddings.weight"));
+  // The round trip through Frugal's own export.
+  std::ofstream(dir / "model" / "config.json", std::ios::trunc) << R"({"vocab_size": 50, "hidden_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "intermediate_size": 512})";
+  BertForQuestionAnswering back = load_bert_for_qa(dir / "model");
+  CHECK(torch::equal(back->qa_outputs->weight, net->qa_outputs->weight));
+  auto copy = std::dynamic_pointer_cast<BertForQuestionAnsweringImpl>(net->clone());
+  REQUIRE(copy);
+  copy->qa_outputs->weight.data().fill_(3.0);
+  CHECK(net->qa_outputs->weight.ne(3.0).all().item<bool>());
+}
