@@ -51,7 +51,7 @@ build/gpu/bench/frugal_bench_resnet decode "$OUT/results.jsonl" | grep -v '^{' |
 resnet=(build/gpu/examples/resnet50/frugal_resnet50 --trainer.device=cuda --data.batch_size=256 --smoke_test.mode=off
         --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0)
 for p in bf16 fp16 fp32; do
-  "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$((256 * 100)) --precision.mode=$p \
+  "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$((256 * 60)) --precision.mode=$p \
     --trainer.run_dir="$OUT/resnet_synthetic_$p" > "$OUT/resnet_synthetic_$p.txt" 2>&1 || status=1
   echo "synthetic $p: $(tail -n 1 "$OUT/resnet_synthetic_$p.txt")"
 done
@@ -62,7 +62,7 @@ build/gpu/bench/frugal_bench_resnet make-shards build/gpu/jpeg 25600 1000 > /dev
 echo "JPEG bf16: $(tail -n 1 "$OUT/resnet_jpeg_bf16.txt")"
 # BERT-large, sequence length 384, batch 32: fp16 and bf16 against fp32; then the bundled tiny SQuAD
 # example on the GPU.
-build/gpu/bench/frugal_bench_bert gpu "$OUT/results.jsonl" 32 20 || status=1
+build/gpu/bench/frugal_bench_bert gpu "$OUT/results.jsonl" 32 10 || status=1
 build/gpu/examples/bert_squad/frugal_bert_squad --config examples/bert_squad/tiny.toml --trainer.device=cuda \
   --precision.mode=bf16 --squad.cache=build/gpu/cache --trainer.run_dir="$OUT/bert_tiny" | tail -n 1 || status=1
 # The NCCL path with one rank (an explicit backend makes a real process group even alone): the
