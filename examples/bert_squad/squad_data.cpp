@@ -4,10 +4,11 @@ namespace bert_example {
 namespace fs = std::filesystem;
 namespace {
 
-const std::vector<std::string> kFields{"input_ids", "token_type_ids", "attention_mask", "positions", "example", "char_begin", "char_end"};
+const std::vector<std::string> kFields{"input_ids", "token_type_ids", "attention_mask", "positions",
+                                       "example",   "char_begin",     "char_end",       "max_context"};
 
 std::vector<torch::Tensor*> fields(FeatureTensors& f) {
-  return {&f.input_ids, &f.token_type_ids, &f.attention_mask, &f.positions, &f.example, &f.char_begin, &f.char_end};
+  return {&f.input_ids, &f.token_type_ids, &f.attention_mask, &f.positions, &f.example, &f.char_begin, &f.char_end, &f.max_context};
 }
 
 FeatureTensors to_tensors(const std::vector<frugal::SquadFeature>& features) {
@@ -21,7 +22,8 @@ FeatureTensors to_tensors(const std::vector<frugal::SquadFeature>& features) {
   };
   FeatureTensors t{matrix(&frugal::SquadFeature::input_ids), matrix(&frugal::SquadFeature::token_type_ids),
                    matrix(&frugal::SquadFeature::attention_mask), torch::empty({n, 2}, torch::kInt64), torch::empty({n}, torch::kInt64),
-                   matrix(&frugal::SquadFeature::char_begin), matrix(&frugal::SquadFeature::char_end)};
+                   matrix(&frugal::SquadFeature::char_begin), matrix(&frugal::SquadFeature::char_end),
+                   matrix(&frugal::SquadFeature::max_context)};
   for (int64_t i = 0; i < n; ++i) {
     const auto& f = features[static_cast<size_t>(i)];
     t.positions[i][0] = f.start_position;
@@ -45,6 +47,7 @@ std::vector<frugal::SquadFeature> FeatureTensors::records() const {
     f.input_ids = row(input_ids, i);
     f.char_begin = row(char_begin, i);
     f.char_end = row(char_end, i);
+    f.max_context = row(max_context, i);
   }
   return out;
 }
@@ -55,7 +58,7 @@ FeatureTensors squad_features(const fs::path& squad_file, const std::vector<frug
   auto build = [&] { return to_tensors(frugal::make_squad_features(examples, tokenizer, options, training)); };
   if (cache_dir.empty()) return build();
   frugal::PreprocessCache cache(cache_dir);
-  const frugal::CacheKey key{"bert_squad_features", 1,
+  const frugal::CacheKey key{"bert_squad_features", 2,  // 2: max_context
                              c10::str("max_seq_length=", options.max_seq_length, " doc_stride=", options.doc_stride,
                                       " max_query_length=", options.max_query_length, " training=", training,
                                       " vocab=", frugal::fingerprint_files({vocab_file})),

@@ -15,7 +15,7 @@ namespace bert_example {
 /// The features of one SQuAD file as tensors [features, max_seq_length] (positions [features, 2]),
 /// plus each feature's example index and the context character spans for post-processing.
 struct FeatureTensors {
-  torch::Tensor input_ids, token_type_ids, attention_mask, positions, example, char_begin, char_end;
+  torch::Tensor input_ids, token_type_ids, attention_mask, positions, example, char_begin, char_end, max_context;
   int64_t size() const { return input_ids.size(0); }
   /// Back to SquadFeature records (what best_answers reads).
   std::vector<frugal::SquadFeature> records() const;

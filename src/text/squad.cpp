@@ -182,15 +182,32 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
       if (start + length >= n) break;
       start += std::min(length, options.doc_stride);
     }
-    for (const auto& [start, length] : windows) {
+    // The window where a token has the most context: min(left, right) + 0.01 x window length.
+    auto max_context_window = [&windows](int64_t token) {
+      double best = -1;
+      size_t best_window = 0;
+      for (size_t w = 0; w < windows.size(); ++w) {
+        const auto [start, length] = windows[w];
+        if (token < start || token >= start + length) continue;
+        const double score = static_cast<double>(std::min(token - start, start + length - 1 - token)) + 0.01 * static_cast<double>(length);
+        if (score > best) {
+          best = score;
+          best_window = w;
+        }
+      }
+      return best_window;
+    };
+    for (size_t w = 0; w < windows.size(); ++w) {
+      const auto [start, length] = windows[w];
       SquadFeature f;
       f.example = static_cast<int64_t>(e);
-      auto push = [&f](int64_t id, int64_t type, int64_t begin, int64_t end) {
+      auto push = [&f](int64_t id, int64_t type, int64_t begin, int64_t end, int64_t max_context = 0) {
         f.input_ids.push_back(id);
         f.token_type_ids.push_back(type);
         f.attention_mask.push_back(1);
         f.char_begin.push_back(begin);
         f.char_end.push_back(end);
+        f.max_context.push_back(max_context);
       };
       push(cls, 0, -1, -1);
       for (const auto& q : query) push(q.id, 0, -1, -1);
@@ -198,7 +215,7 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
       const auto offset = static_cast<int64_t>(f.input_ids.size()) - start;  // context token t sits at t + offset
       for (int64_t t = start; t < start + length; ++t) {
         const auto& c = context[static_cast<size_t>(t)];
-        push(c.id, 1, c.begin, c.end);
+        push(c.id, 1, c.begin, c.end, max_context_window(t) == w ? 1 : 0);
       }
       push(sep, 1, -1, -1);
       while (static_cast<int64_t>(f.input_ids.size()) < options.max_seq_length) {
@@ -246,6 +263,7 @@ std::map<std::string, std::string> best_answers(const std::vector<SquadExample>&
       for (const int64_t ei : top(e)) {
         const auto su = static_cast<size_t>(si), eu = static_cast<size_t>(ei);
         if (f.char_begin[su] < 0 || f.char_begin[eu] < 0 || ei < si || ei - si + 1 > options.max_answer_length) continue;
+        if (!f.max_context.empty() && f.max_context[su] == 0) continue;
         const double score = static_cast<double>(s[si]) + static_cast<double>(e[ei]);
         if (score > b.score) b = {score, f.char_begin[su], f.char_end[eu]};
       }

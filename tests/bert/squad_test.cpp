@@ -94,15 +94,29 @@ TEST_CASE("SQuAD features: windows with stride, answer positions through offsets
     CHECK(f.token_type_ids[s] == 1);
   }
   CHECK(holding == 2);  // windows starting at 16 and 24 hold tokens 30-31
+  // Every context token is max-context in exactly one window (token 30: the window from 24, with
+  // 6 tokens left and 8 right, not the one from 16, with 14 left and 2 right). Window k starts at
+  // token 8k and its context begins at position 6.
+  std::vector<int> owners(39, 0);
+  for (size_t k = 0; k < features.size(); ++k) {
+    for (size_t p = 0; p < 24; ++p) {
+      if (features[k].max_context[p] == 1) ++owners[p - 6 + k * 8];
+    }
+  }
+  for (const int o : owners) CHECK(o == 1);
   const auto& last = features.back();
   CHECK(last.attention_mask.back() == 0);
   CHECK(last.input_ids.back() == tok.id_of("[PAD]"));
 
-  // Post-processing picks the best in-context span over all windows and returns the original text.
-  std::vector<float> start(features.size() * 24, 0.f), end(features.size() * 24, 0.f);
+  // Post-processing picks the best in-context span over all windows and returns the original text;
+  // a start outside its max-context window does not count, however high its logit.
+  std::vector<float> start(features.size() * 24, -100.f), end(features.size() * 24, -100.f);
   const auto& f2 = features[2];
-  start[2 * 24 + static_cast<size_t>(f2.start_position)] = 5.f;
-  end[2 * 24 + static_cast<size_t>(f2.end_position)] = 5.f;
+  const auto& f3 = features[3];
+  start[2 * 24 + static_cast<size_t>(f2.start_position)] = 50.f;   // "the answer" + one letter, in the
+  end[2 * 24 + static_cast<size_t>(f2.end_position) + 1] = 50.f;   // window that is not max-context for "the"
+  start[3 * 24 + static_cast<size_t>(f3.start_position)] = 5.f;
+  end[3 * 24 + static_cast<size_t>(f3.end_position)] = 5.f;
   start[0] = end[0] = 100.f;  // [CLS] is never an answer
   const auto answers = best_answers({example}, features, start, end);
   CHECK(answers.at("id") == "the answer");

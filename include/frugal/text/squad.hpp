@@ -48,6 +48,9 @@ struct SquadFeature {
   std::vector<int64_t> input_ids, token_type_ids, attention_mask;  // max_seq_length each, padded
   /// Per position: the context characters [begin, end) the token came from; -1 outside the context.
   std::vector<int64_t> char_begin, char_end;
+  /// Per position: 1 where this window gives the token the most context on both sides among the
+  /// windows holding it (Google's _check_is_max_context); answers start only there. Empty = all.
+  std::vector<int64_t> max_context;
   /// Training: the answer's first and last token, or 0 ([CLS]) when this window does not hold it.
   int64_t start_position = 0;
   int64_t end_position = 0;
@@ -64,7 +67,8 @@ struct SquadDecodeOptions {
 };
 
 /// The best span per example over all its windows: the n_best start and end logits of each
-/// window, pairs inside the context with start <= end and at most max_answer_length tokens,
+/// window, pairs inside the context with start <= end, at most max_answer_length tokens and a
+/// start in its max-context window,
 /// scored by start + end logit; the text is the original context's characters. `start_logits`
 /// and `end_logits` are [features, max_seq_length] on the CPU. Returns id → answer text.
 std::map<std::string, std::string> best_answers(const std::vector<SquadExample>& examples,
