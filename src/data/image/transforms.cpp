@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "frugal/data/image/jpeg.hpp"
 #include "frugal/errors.hpp"
@@ -101,15 +104,33 @@ torch::Tensor decode_and_transform(std::string_view jpeg, const std::string& whe
   return result.permute({2, 0, 1});  // CHW view of HWC memory: stacking it gives a channels-last batch
 }
 
+namespace {
+
+// The per-channel scale and shift, [1, 3, 1, 1] on `device`, made once per device and statistics:
+// a tensor built from host values on a GPU is a synchronous copy, which would stall every step.
+std::pair<torch::Tensor, torch::Tensor> normalization_constants(const torch::Device& device, const std::array<double, 3>& mean,
+                                                                const std::array<double, 3>& std) {
+  static std::mutex mutex;
+  static std::map<std::tuple<std::string, std::array<double, 3>, std::array<double, 3>>, std::pair<torch::Tensor, torch::Tensor>> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& entry = cache[{device.str(), mean, std}];
+  if (!entry.first.defined()) {
+    const torch::Tensor s = torch::tensor({std[0], std[1], std[2]}, torch::kFloat32);
+    const torch::Tensor m = torch::tensor({mean[0], mean[1], mean[2]}, torch::kFloat32);
+    entry = {(1.0 / (s * 255.0)).view({1, 3, 1, 1}).to(device), (-m / s).view({1, 3, 1, 1}).to(device)};
+  }
+  return entry;
+}
+
+}  // namespace
+
 torch::Tensor normalize_images(const torch::Tensor& images, c10::MemoryFormat format, const std::array<double, 3>& mean,
                                const std::array<double, 3>& std) {
   if (images.dim() != 4 || images.size(1) != 3) {
     throw Error(c10::str("normalize_images: expects [N, 3, H, W], got ", images.sizes()));
   }
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(images.device());
-  const torch::Tensor scale = 1.0 / (torch::tensor({std[0], std[1], std[2]}, options) * 255.0);
-  const torch::Tensor shift = -torch::tensor({mean[0], mean[1], mean[2]}, options) / torch::tensor({std[0], std[1], std[2]}, options);
-  return torch::addcmul(shift.view({1, 3, 1, 1}), images.to(torch::kFloat32), scale.view({1, 3, 1, 1})).contiguous(format);
+  const auto [scale, shift] = normalization_constants(images.device(), mean, std);
+  return torch::addcmul(shift, images.to(torch::kFloat32), scale).contiguous(format);
 }
 
 }  // namespace frugal
