@@ -24,13 +24,13 @@ cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTH
 cmake --build build/gpu -j "$(nproc)" --target frugal_precision_tests frugal_core_tests frugal_checkpoint_tests \
   frugal_distributed_tests frugal_data_tests frugal_bench_gpu_precision frugal_bench_data_parallel \
   frugal_bench_data_pipeline frugal_minimal frugal_resnet_tests frugal_resnet50 frugal_bench_resnet frugal_bert_tests \
-  frugal_bert_squad frugal_bench_bert || exit 1
+  frugal_bert_squad frugal_bench_bert frugal_tooling_tests frugal_bench_tooling || exit 1
 
 status=0
 # Every test, so the GPU-only ones run instead of skipping; the CPU ones must pass there too.
-for t in core precision checkpoint distributed resnet bert; do
-  # (the parity tests need torchvision, transformers and safetensors in python3: "~[python]" skips them)
-  filter=""; { [ "$t" = resnet ] || [ "$t" = bert ]; } && filter="~[python]"
+for t in core precision checkpoint distributed resnet bert tooling; do
+  # (the parity tests need torchvision, transformers, safetensors, tensorboard in python3: "~[python]" skips them)
+  filter=""; { [ "$t" = resnet ] || [ "$t" = bert ] || [ "$t" = tooling ]; } && filter="~[python]"
   (cd build/gpu/tests && ./frugal_${t}_tests $filter) > "$OUT/tests_$t.txt" 2>&1 || status=1
   tail -n 3 "$OUT/tests_$t.txt"
 done
@@ -65,6 +65,21 @@ echo "JPEG bf16: $(tail -n 1 "$OUT/resnet_jpeg_bf16.txt")"
 build/gpu/bench/frugal_bench_bert gpu "$OUT/results.jsonl" 32 10 || status=1
 build/gpu/examples/bert_squad/frugal_bert_squad --config examples/bert_squad/tiny.toml --trainer.device=cuda \
   --precision.mode=bf16 --squad.cache=build/gpu/cache --trainer.run_dir="$OUT/bert_tiny" | tail -n 1 || status=1
+# The bert example as users run it, with a BERT-large config (random weights) on the bundled data at
+# sequence length 384: seq/s, MFU, peak memory and GPU utilisation from its log lines, a profile of
+# 3 steps (trace, top kernels, memory-bound share of GPU time), then the automatic batch size.
+bert_large=(build/gpu/examples/bert_squad/frugal_bert_squad --config examples/bert_squad/tiny.toml --trainer.device=cuda
+            --model.config=bench/gpu/bert_large_config.json --squad.max_seq_length=384 --squad.doc_stride=128
+            --squad.max_query_length=64 --squad.cache=build/gpu/cache --squad.dev= --smoke_test.mode=off
+            --trainer.max_epochs=100 --trainer.max_steps=40 --trainer.log_every_n_steps=10 --cost.price_per_device_hour=3.5)
+"${bert_large[@]}" --precision.mode=bf16 --data.batch_size=32 --profiler.every_n_steps=20 --profiler.steps=3 \
+  --trainer.run_dir="$OUT/bert_large_bf16" > "$OUT/bert_large_bf16.txt" 2>&1 || status=1
+grep -E "step 40 |GPU time:|^bert_squad" "$OUT/bert_large_bf16.txt"
+"${bert_large[@]}" --precision.mode=bf16 --trainer.max_steps=10 --auto_batch.enabled=true --auto_batch.multiple_of=8 \
+  --auto_batch.max=512 --auto_batch.cache_file="$OUT/batch_sizes.json" --trainer.run_dir="$OUT/bert_large_auto" \
+  > "$OUT/bert_large_auto.txt" 2>&1 || status=1
+grep -E "automatic batch size|^bert_squad" "$OUT/bert_large_auto.txt"
+build/gpu/bench/frugal_bench_tooling "$OUT/results.jsonl" 9 build/gpu/profiles | grep -v '^{' || status=1
 # The NCCL path with one rank (an explicit backend makes a real process group even alone): the
 # all-reduce bandwidth, and a data-parallel step against the same step alone, overlapped or not.
 "$python" -m torch.distributed.run --standalone --nproc-per-node=1 --no-python \
@@ -77,4 +92,12 @@ if [ "$gpus" -gt 1 ]; then
     build/gpu/bench/frugal_bench_data_parallel "$OUT/results.jsonl" cuda nccl > "$OUT/data_parallel_$gpus.txt" 2>&1 || status=1
 fi
 cat "$OUT/results.jsonl"
+# A short table of every figure (name, value, unit, ratio to its baseline).
+"$python" - "$OUT/results.jsonl" <<'PY' | tee "$OUT/summary.txt"
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    ratio = f"{r['ratio']:.3f}" if r.get("ratio") else ""
+    print(f"{r['name']:<52} {r['value']:>12.4g} {r['unit']:<12} {ratio}")
+PY
 exit $status

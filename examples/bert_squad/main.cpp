@@ -178,7 +178,11 @@ int run(int argc, char** argv) {
     schedule();
     return frugal::run_smoke_test_only(trainer, options.smoke_test);
   }
-  frugal::add_policies(trainer, options, config.to_toml());
+  // MFU and tokens/s: every window is padded to max_seq_length, so any feature is a worst-case
+  // probe for the automatic batch size.
+  const int64_t seq = s.features.max_seq_length;
+  options.throughput.flops_per_sample(3 * net->config().forward_flops(seq)).tokens_per_sample(static_cast<double>(seq));
+  frugal::add_policies(trainer, options, config.to_toml(), frugal::repeat_example(train, 0, c10::str(seq, " tokens")));
   schedule();
   const frugal::FitResult result = trainer.fit();
   if (trainer.rank() != 0) return 0;

@@ -174,7 +174,11 @@ int run(int argc, char** argv) {
     schedule();
     return frugal::run_smoke_test_only(trainer, options.smoke_test);
   }
-  frugal::add_policies(trainer, options, config.to_toml());  // connects to the other ranks, if any
+  // MFU: a training step costs three forward passes; every crop has the training size, so any
+  // image is a worst-case probe for the automatic batch size.
+  options.throughput.flops_per_sample(3 * net->forward_flops(d.size, d.size));
+  frugal::add_policies(trainer, options, config.to_toml(),  // connects to the other ranks, if any
+                       frugal::repeat_example(data.train, 0, c10::str(d.size, "px ", channels_last ? "channels_last" : "contiguous")));
   schedule();
   const frugal::FitResult result = trainer.fit();
   if (trainer.rank() != 0) return 0;

@@ -22,6 +22,12 @@ Level level();
 void add_file_sink(const std::filesystem::path& path);
 void remove_file_sink();
 
+/// A line kept at the bottom of the terminal (a progress bar): redrawn after each message,
+/// replaced by the next call, removed by an empty one. Drawn only when stderr is a terminal.
+void set_status_line(std::string_view line);
+/// Whether stderr is a terminal (a status line is shown).
+bool console_is_terminal();
+
 void debug(std::string_view message);
 void info(std::string_view message);
 void warn(std::string_view message);

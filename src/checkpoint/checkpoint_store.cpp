@@ -130,7 +130,8 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
               {"weights_dtype", to_string(options.weights_dtype)},
               {"world_size", snapshot.world_size},
               {"state", state_to_json(snapshot.state)},
-              {"data", {{"epoch", snapshot.data.epoch}, {"batch_index", snapshot.data.batch_index}, {"seed", snapshot.data.seed}}},
+              {"data", {{"epoch", snapshot.data.epoch}, {"batch_index", snapshot.data.batch_index}, {"seed", snapshot.data.seed},
+                        {"batch_size", snapshot.data.batch_size}}},
               {"tensors", names}};
     crcs[kMeta] = detail::write_file_synced(tmp / kMeta, meta.dump(1));
     stage(kMeta);
@@ -246,7 +247,7 @@ TrainingSnapshot CheckpointStore::read(const CheckpointInfo& info) const {
     s.optimizer = detail::read_file(info.dir / kOptimizer);
     s.state = state_from_json(meta.at("state"));
     const auto& d = meta.at("data");
-    s.data = {d.at("epoch"), d.at("batch_index"), d.at("seed")};
+    s.data = {d.at("epoch"), d.at("batch_index"), d.at("seed"), d.value("batch_size", int64_t{0})};
     s.world_size = meta.at("world_size");
     if (info.weights_dtype != "fp32") {
       log::warn("checkpoint " + info.dir.string() + " stores the weights in " + info.weights_dtype +

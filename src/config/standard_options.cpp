@@ -1,5 +1,10 @@
 #include "frugal/config/standard_options.hpp"
 
+#include <c10/util/StringUtil.h>
+
+#include <cstdlib>
+#include <filesystem>
+
 #include "frugal/core/trainer.hpp"
 
 namespace frugal {
@@ -14,6 +19,9 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("trainer.log_every_n_steps", t.log_every_n_steps(), "Write a metrics line every N steps");
   config.bind("trainer.device", t.device(), "auto, cpu, cuda or cuda:N");
   config.bind("trainer.run_dir", t.run_dir(), "Directory for config.toml, metrics.jsonl, train.log; \"\" = none");
+  config.bind("trainer.tensorboard", t.tensorboard(), "Also write metrics as TensorBoard scalars in <run_dir>/tensorboard");
+  config.bind("trainer.halve_batch_on_oom", t.halve_batch_on_oom(),
+              "Out of memory in a step: halve the micro-batch, double accumulation, go on");
   config.add_check("trainer", [&t] { t.validate(); });
 
   DataLoaderOptions& d = o.data;
@@ -121,13 +129,93 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("distributed.log_all_ranks", dp.log_all_ranks(), "Info-level logs from every rank, not only rank 0");
   config.add_check("distributed", [&dp] { dp.validate(); });
 
+  config.bind("auto_batch.enabled", o.auto_batch_enabled, "Find the largest micro-batch that fits before training");
+  BatchSizeFinderOptions& ab = o.auto_batch;
+  config.bind("auto_batch.start", ab.start(), "First (and smallest acceptable) size tried");
+  config.bind("auto_batch.max", ab.max(), "Largest size allowed");
+  config.bind("auto_batch.multiple_of", ab.multiple_of(), "Sizes are multiples of this");
+  config.bind("auto_batch.margin", ab.margin(), "Fraction of memory a step must leave free");
+  config.bind("auto_batch.cpu_memory_limit_mb", ab.cpu_memory_limit_mb(), "On CPU: memory to search against; 0 = none");
+  config.bind("auto_batch.cache_file", ab.cache_file(), "Earlier results; \"\" = ~/.cache/frugal/batch_sizes.json");
+  config.add_check("auto_batch", [&ab] { ab.validate(); });
+
+  config.bind("throughput.enabled", o.throughput_enabled, "Log tokens/s, MFU, peak memory, GPU utilisation");
+  ThroughputOptions& tp = o.throughput;
+  config.bind("throughput.peak_tflops", tp.peak_tflops(), "Dense peak TFLOP/s of one device; 0 = known GPUs by name");
+  config.bind("throughput.nvml", tp.nvml(), "Read GPU utilisation through NVML when present");
+  config.add_check("throughput", [&tp] { tp.validate(); });
+
+  CostOptions& co = o.cost;
+  config.bind("cost.price_per_device_hour", co.price_per_device_hour(), "Price of one device-hour; 0 = cost tracking off");
+  config.bind("cost.devices", co.devices(), "Devices billed; 0 = the world size");
+  config.bind("cost.budget", co.budget(), "Budget the alerts refer to; 0 = no alerts");
+  config.bind("cost.alert_fractions", co.alert_fractions(), "Fractions of the budget that raise an alert");
+  config.bind("cost.hard_budget", co.hard_budget(), "Stop with a checkpoint once the cost reaches this; 0 = never");
+  config.bind("cost.currency", co.currency(), "Currency shown in logs");
+  config.add_check("cost", [&co] { co.validate(); });
+
+  ProfilerOptions& pr = o.profiler;
+  config.bind("profiler.every_n_steps", pr.every_n_steps(), "Profile a few steps every N optimizer steps; 0 = off");
+  config.bind("profiler.every_n_minutes", pr.every_n_minutes(), "... or every T minutes; 0 = off");
+  config.bind("profiler.every_epoch", pr.every_epoch(), "... or at the start of each epoch");
+  config.bind("profiler.skip_steps", pr.skip_steps(), "Micro-steps at an epoch's start never profiled");
+  config.bind("profiler.steps", pr.steps(), "Micro-steps recorded per capture");
+  config.bind("profiler.top", pr.top(), "Operators listed in the summary");
+  config.bind("profiler.record_shapes", pr.record_shapes(), "Record input shapes in traces");
+  config.bind("profiler.all_ranks", pr.all_ranks(), "Profile every rank, not only rank 0");
+  config.bind("profiler.dir", pr.dir(), "Trace directory; \"\" = <run_dir>/profiles");
+  config.add_check("profiler", [&pr] { pr.validate(); });
+
+  config.bind("progress.enabled", o.progress_enabled, "Progress bar on a terminal, periodic progress lines otherwise");
+  ProgressOptions& pg = o.progress;
+  config.bind("progress.refresh_seconds", pg.refresh_seconds(), "Terminal: seconds between redraws");
+  config.bind("progress.log_every_seconds", pg.log_every_seconds(), "Not a terminal: seconds between progress lines; 0 = none");
+  config.add_check("progress", [&pg] { pg.validate(); });
+
   config.bind_enum("log.level", o.log_level,
                    {{"trace", log::Level::trace}, {"debug", log::Level::debug}, {"info", log::Level::info},
                     {"warn", log::Level::warn}, {"error", log::Level::error}, {"off", log::Level::off}},
                    "Console and train.log verbosity");
 }
 
-void add_policies(Trainer& trainer, const StandardOptions& options, const std::string& resolved_config) {
+namespace {
+
+std::string default_batch_size_cache() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path base = xdg && *xdg ? std::filesystem::path(xdg) : home && *home ? std::filesystem::path(home) / ".cache"
+                                                                                              : std::filesystem::path(".cache");
+  return (base / "frugal" / "batch_sizes.json").string();
+}
+
+// Runs the batch-size search and writes the answer back into the options, keeping the
+// effective batch when accumulation fixes one.
+void apply_auto_batch_size(Trainer& trainer, StandardOptions& options, const ProbeBatch& probe) {
+  BatchSizeFinderOptions finder = options.auto_batch;
+  if (finder.cache_file().empty()) finder.cache_file(default_batch_size_cache());
+  const BatchSizeSearch search = choose_batch_size(trainer, probe, options.precision, finder);
+  int64_t batch_size = search.batch_size;
+  GradientAccumulationOptions& acc = options.accumulation;
+  if (acc.effective_batch_size() == 0 && acc.steps() > 1) {
+    const int64_t effective = options.data.batch_size() * acc.steps();  // per rank
+    const auto [micro, steps] = keep_effective_batch(effective, batch_size);
+    batch_size = micro;
+    acc.steps(steps);
+    log::info(c10::str("automatic batch size: micro-batch ", micro, " x ", steps, " accumulation steps keeps the effective batch of ",
+                       effective, " per rank"));
+    trainer.set_batch_size(batch_size);
+  } else if (acc.effective_batch_size() > 0) {
+    // The accumulation policy derives its steps from the micro-batch, which must divide the effective batch.
+    const int64_t per_rank = acc.effective_batch_size() / trainer.world_size();
+    batch_size = keep_effective_batch(per_rank, batch_size).first;
+    trainer.set_batch_size(batch_size);
+  }
+  options.data.batch_size(batch_size);
+}
+
+}  // namespace
+
+void add_policies(Trainer& trainer, StandardOptions& options, const std::string& resolved_config, const ProbeBatch& probe) {
   // The smoke test runs in on_fit_begin, before any other policy's state matters.
   if (options.smoke_test.mode() != SmokeTestMode::off) {
     trainer.add_policy(std::make_shared<SmokeTestPolicy>(options.smoke_test));
@@ -138,7 +226,9 @@ void add_policies(Trainer& trainer, const StandardOptions& options, const std::s
   if (world.world_size > 1) {
     trainer.add_policy(std::make_shared<DataParallelPolicy>(connect(world, options.communicator), options.data_parallel));
   }
-  if (options.accumulation.steps() > 1 || options.accumulation.effective_batch_size() > 0) {
+  if (options.auto_batch_enabled) apply_auto_batch_size(trainer, options, probe);
+  if (options.accumulation.steps() > 1 || options.accumulation.effective_batch_size() > 0 ||
+      options.trainer.halve_batch_on_oom()) {  // the safety net doubles the steps when it halves the batch
     trainer.add_policy(std::make_shared<GradientAccumulationPolicy>(options.accumulation));
   }
   if (options.precision.mode() != Precision::fp32) {
@@ -147,8 +237,24 @@ void add_policies(Trainer& trainer, const StandardOptions& options, const std::s
   if (options.clipping.mode() != ClipMode::off) {
     trainer.add_policy(std::make_shared<GradientClippingPolicy>(options.clipping));
   }
+  if (options.throughput_enabled) {
+    ThroughputOptions throughput = options.throughput;
+    throughput.half_precision(options.precision.mode() != Precision::fp32);
+    trainer.add_policy(std::make_shared<ThroughputPolicy>(throughput));
+  }
+  if (options.cost.price_per_device_hour() > 0) trainer.add_policy(std::make_shared<CostPolicy>(options.cost));
+  if (options.profiler.enabled()) trainer.add_policy(std::make_shared<ProfilerPolicy>(options.profiler));
+  if (options.progress_enabled) trainer.add_policy(std::make_shared<ProgressPolicy>(options.progress));
   if (options.early_stopping_enabled) trainer.add_policy(std::make_shared<EarlyStoppingPolicy>(options.early_stopping));
-  if (options.checkpoint_enabled) trainer.add_policy(std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
+  if (options.checkpoint_enabled) {
+    trainer.add_policy(std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
+  } else if (options.cost.hard_budget() > 0) {
+    // A budget stop must be resumable: only the final checkpoint, in the default place.
+    log::info("cost.hard_budget is set: a checkpoint is written when the run stops (checkpoint.enabled is off)");
+    CheckpointOptions at_stop = options.checkpoint;
+    at_stop.every_n_steps(0).every_n_minutes(0).every_epoch(false).at_end(true);
+    trainer.add_policy(std::make_shared<CheckpointPolicy>(at_stop, resolved_config));
+  }
 }
 
 int64_t optimizer_steps_per_epoch(const Trainer& trainer, const StandardOptions& options) {

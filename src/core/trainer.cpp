@@ -1,5 +1,6 @@
 #include "frugal/core/trainer.hpp"
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/StringUtil.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -14,6 +15,8 @@
 #include "frugal/log.hpp"
 
 namespace frugal {
+
+namespace fs = std::filesystem;
 
 torch::Device resolve_device(const std::string& name) {
   if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
@@ -64,6 +67,18 @@ void Trainer::set_validation_data(std::shared_ptr<const Dataset> data) {
   if (device_.is_cuda()) validation_loader_->copy_ahead_to(device_);
 }
 
+void Trainer::set_batch_size(int64_t batch_size) {
+  if (state_.micro_step > 0) throw TrainingError("Trainer::set_batch_size: the batch size is fixed once training has started");
+  train_loader_.set_batch_size(batch_size);
+}
+
+double Trainer::progress() const {
+  double done = static_cast<double>(state_.micro_step) /
+                std::max<double>(1.0, static_cast<double>(options_.max_epochs() * train_loader_.batches_per_epoch()));
+  if (options_.max_steps() > 0) done = std::max(done, static_cast<double>(state_.step) / static_cast<double>(options_.max_steps()));
+  return std::min(1.0, done);
+}
+
 void Trainer::set_lr_schedule(LrSchedule schedule) {
   lr_schedule_ = std::move(schedule);
   apply_lr_schedule();
@@ -112,7 +127,7 @@ FitResult Trainer::fit() {
     if (rank() == 0) {  // one log and one metrics file per run, not per process
       log::add_file_sink(run_dir / "train.log");
       file_sink_open = true;
-      metrics_log_ = MetricsLog(run_dir / "metrics.jsonl");
+      metrics_log_ = MetricsLog(run_dir / "metrics.jsonl", options_.tensorboard() ? run_dir / "tensorboard" : fs::path());
     }
   }
   for (auto& p : policies_) {
@@ -120,6 +135,10 @@ FitResult Trainer::fit() {
       restore(*snapshot);
       break;
     }
+  }
+  if (options_.halve_batch_on_oom() &&
+      std::none_of(policies_.begin(), policies_.end(), [](const auto& p) { return p->name() == "gradient_accumulation"; })) {
+    throw OptionError("halve_batch_on_oom", "halve_batch_on_oom needs a GradientAccumulationPolicy to keep the effective batch");
   }
   for (auto& p : policies_) p->on_fit_begin(*this);
   log::info(c10::str("fit: ", model_.module().name(), " on ", device_, ", ", train_loader_.batches_per_epoch(),
@@ -129,6 +148,7 @@ FitResult Trainer::fit() {
   optimizer_->zero_grad(/*set_to_none=*/true);
   window_start_ = std::chrono::steady_clock::now();
   window_data_wait_start_ = train_loader_.wait_seconds();
+  window_reduce_seconds_ = 0.0;
 
   while (!stopping() && state_.epoch < options_.max_epochs()) {
     train_epoch();
@@ -156,6 +176,10 @@ void Trainer::train_epoch() {
   for (auto& p : policies_) p->on_epoch_begin(state_);
   model_.module().train();
   while (!stopping() && train_loader_.has_next()) {
+    if (options_.halve_batch_on_oom() && !oom_window_start_) {
+      oom_window_start_ = WindowStart{train_loader_.position(), state_.micro_step, state_.samples_seen, window_micro_steps_,
+                                  window_samples_, window_loss_sum_.defined() ? window_loss_sum_.clone() : torch::Tensor()};
+    }
     const bool last = train_loader_.next_is_last();
     const Batch batch = train_loader_.next()->to(device_, /*non_blocking=*/true);
     train_micro_step(batch, last);
@@ -176,27 +200,64 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   // 1. Step begin: policies may declare this micro-step a non-boundary (accumulation).
   for (auto& p : policies_) p->on_step_begin(ctx);
 
-  // 2. Forward and loss, inside every policy's forward scope (autocast).
-  torch::Tensor loss;
-  {
-    std::vector<std::unique_ptr<ForwardGuard>> guards;
-    for (auto& p : policies_) {
-      if (auto guard = p->forward_guard(state_, Phase::train)) guards.push_back(std::move(guard));
+  bool transformed = false;
+  if (!window_oom_) {
+    try {
+      // 2. Forward and loss, inside every policy's forward scope (autocast).
+      torch::Tensor loss;
+      {
+        std::vector<std::unique_ptr<ForwardGuard>> guards;
+        for (auto& p : policies_) {
+          if (auto guard = p->forward_guard(state_, Phase::train)) guards.push_back(std::move(guard));
+        }
+        loss = model_.loss(batch);
+      }
+      ctx.set_loss(loss.detach());
+
+      // 3. Loss transforms, in policy order (1/N for accumulation, then the loss scale).
+      for (auto& p : policies_) loss = p->transform_loss(ctx, std::move(loss));
+      transformed = true;
+
+      // 4. Backward; gradients add up across the micro-steps of one boundary.
+      loss.backward();
+      for (auto& p : policies_) p->on_after_backward(ctx);
+    } catch (const c10::OutOfMemoryError& e) {
+      if (!options_.halve_batch_on_oom()) throw;
+      window_oom_ = true;
+      const std::string what = e.what_without_backtrace();
+      log::warn(c10::str("out of memory in a micro-step of ", batch.size(), " examples (step ", state_.step + 1, "): ",
+                         what.substr(0, what.find('\n'))));
     }
-    loss = model_.loss(batch);
   }
-  ctx.set_loss(loss.detach());
-
-  // 3. Loss transforms, in policy order (1/N for accumulation, then the loss scale).
-  for (auto& p : policies_) loss = p->transform_loss(ctx, std::move(loss));
-
-  // 4. Backward; gradients add up across the micro-steps of one boundary.
-  loss.backward();
-  for (auto& p : policies_) p->on_after_backward(ctx);
+  if (window_oom_) {
+    // The rest of this rank's window is skipped; at the boundary it still joins the gradient
+    // reduction (with zeros), so that every rank runs the same collectives.
+    if (!ctx.loss().defined()) ctx.set_loss(torch::zeros({}, torch::TensorOptions(device_)));
+    if (ctx.boundary() && !transformed) {
+      // Every policy sees the boundary (data parallelism arms its buckets here), even one that fails again.
+      const torch::Tensor zero = torch::zeros({}, torch::TensorOptions(device_));
+      for (auto& p : policies_) {
+        try {
+          p->transform_loss(ctx, zero);
+        } catch (const c10::OutOfMemoryError&) {
+        }
+      }
+    }
+  }
 
   if (ctx.boundary()) {
-    // 5. Gradient reduction across replicas.
+    // 5. Gradient reduction across replicas (timed: the communication share of the step).
+    const auto reduce_start = std::chrono::steady_clock::now();
     for (auto& p : policies_) p->reduce_gradients(ctx);
+    window_reduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
+    if (options_.halve_batch_on_oom()) {
+      // One decision for all ranks: any rank out of memory drops the window everywhere.
+      if (world_size() > 1 ? communicator_->any(window_oom_) : window_oom_) {
+        halve_after_oom();
+        return;
+      }
+      oom_window_start_.reset();
+    }
     // 6-8. Unscale and overflow check, then clipping on true gradients, then a last veto.
     for (auto& p : policies_) if (!ctx.step_cancelled()) p->unscale_gradients(ctx);
     for (auto& p : policies_) if (!ctx.step_cancelled()) p->clip_gradients(ctx);
@@ -241,6 +302,39 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   if (ctx.boundary()) maybe_stop();
 }
 
+void Trainer::change_micro_batch(int64_t new_size) {
+  const int64_t old_size = train_loader_.options().batch_size();
+  train_loader_.set_batch_size(new_size);
+  for (auto& p : policies_) p->on_micro_batch_changed(*this, old_size, new_size);
+}
+
+void Trainer::halve_after_oom() {
+  const int64_t old_size = train_loader_.options().batch_size();
+  if (old_size < 2) throw TrainingError("out of memory with a micro-batch of 1 example: nothing is left to halve");
+  if (!oom_window_start_) throw TrainingError("out-of-memory safety net: the window's start was not recorded");
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+  // The window never happened: counters back to its start, its data read again in halves.
+  const WindowStart start = *oom_window_start_;
+  oom_window_start_.reset();
+  window_oom_ = false;
+  state_.micro_step = start.micro_step;
+  state_.samples_seen = start.samples_seen;
+  window_micro_steps_ = start.window_micro_steps;
+  window_samples_ = start.window_samples;
+  window_loss_sum_ = start.window_loss_sum;
+  const int64_t new_size = old_size / 2;
+  change_micro_batch(new_size);
+  const int64_t first_example = start.position.batch_index * old_size;
+  if (first_example % new_size != 0) {
+    log::warn(c10::str("micro-batch ", old_size, " is odd: ", first_example % new_size, " examples of the epoch are read twice"));
+  }
+  train_loader_.restore({start.position.epoch, first_example / new_size, start.position.seed, new_size});
+  log::warn(c10::str("out of memory: every rank runs step ", state_.step + 1, " again with micro-batches of ", new_size,
+                     " (was ", old_size, ")"));
+  record("out_of_memory", {{"step", static_cast<double>(state_.step)}, {"micro_batch", static_cast<double>(new_size)}});
+}
+
 void Trainer::apply_lr_schedule() {
   if (!lr_schedule_) return;
   const double factor = lr_schedule_(state_.optimizer_steps());
@@ -254,7 +348,7 @@ void Trainer::log_training() {
   const double data_wait = train_loader_.wait_seconds() - window_data_wait_start_;
   const std::vector<double> window =
       sum_across_ranks({window_loss_sum_.item<double>(), static_cast<double>(window_micro_steps_),
-                        static_cast<double>(window_samples_), data_wait});
+                        static_cast<double>(window_samples_), data_wait, window_reduce_seconds_});
   const double loss = window[0] / window[1];
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - window_start_).count();
@@ -263,6 +357,10 @@ void Trainer::log_training() {
   // window (mean over ranks). Near 0 means the data pipeline keeps up.
   const double data_wait_ms = 1000.0 * window[3] / window[1];
   const double data_wait_fraction = window[3] / static_cast<double>(world_size()) / std::max(1e-9, seconds);
+  // The rest of the window split into communication (host time in gradient reduction; with
+  // overlap most of it hides in backward) and compute.
+  const double communication_fraction = window[4] / static_cast<double>(world_size()) / std::max(1e-9, seconds);
+  const double compute_fraction = std::max(0.0, 1.0 - data_wait_fraction - communication_fraction);
   last_window_loss_ = loss;
   std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
                                                      {"epoch", static_cast<double>(state_.epoch)},
@@ -271,6 +369,8 @@ void Trainer::log_training() {
                                                      {"samples_per_s", samples_per_s},
                                                      {"data_wait_ms", data_wait_ms},
                                                      {"data_wait_fraction", data_wait_fraction},
+                                                     {"communication_fraction", communication_fraction},
+                                                     {"compute_fraction", compute_fraction},
                                                      {"skipped_steps", static_cast<double>(state_.skipped_steps)}};
   Metrics extra;
   for (auto& p : policies_) p->collect_metrics(extra);
@@ -288,6 +388,11 @@ void Trainer::log_training() {
   window_samples_ = 0;
   window_start_ = now;
   window_data_wait_start_ = train_loader_.wait_seconds();
+  window_reduce_seconds_ = 0.0;
+}
+
+void Trainer::record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const {
+  metrics_log_.write(event, fields);
 }
 
 Metrics Trainer::validate() {

@@ -103,8 +103,15 @@ void Trainer::restore(const TrainingSnapshot& s) {
   state_.stop_reason.reset();  // a run stopped by preemption goes on
   // A snapshot from the end of an epoch continues with the next one.
   DataPosition position = s.data;
+  // A run that halved its micro-batch after running out of memory goes on with the halved one.
+  const int64_t configured = train_loader_.options().batch_size();
+  if (position.batch_size > 0 && position.batch_size != configured) {
+    log::warn(c10::str("resuming with the micro-batch of ", position.batch_size, " the checkpointed run used (configured: ",
+                       configured, ")"));
+    change_micro_batch(position.batch_size);
+  }
   if (position.batch_index >= train_loader_.batches_per_epoch()) {
-    position = {position.epoch + 1, 0, position.seed};
+    position = {position.epoch + 1, 0, position.seed, position.batch_size};
     state_.epoch = position.epoch;
   }
   train_loader_.restore(position);

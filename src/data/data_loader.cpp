@@ -146,6 +146,14 @@ void DataLoader::shard(int64_t num_replicas, int64_t rank) {
   start_epoch(epoch_);
 }
 
+void DataLoader::set_batch_size(int64_t batch_size) {
+  DataLoaderOptions options = options_;
+  options.batch_size(batch_size);
+  options.validate();
+  options_ = options;
+  start_epoch(epoch_);
+}
+
 void DataLoader::restore(const DataPosition& position) {
   if (position.seed != options_.seed()) {
     throw OptionError("seed", c10::str("data position was saved with shuffle seed ", position.seed,

@@ -6,6 +6,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <mutex>
 
 #include "frugal/errors.hpp"
@@ -13,8 +16,41 @@
 namespace frugal::log {
 namespace {
 
+// The console sink, which clears the status line before a message and draws it again after,
+// so that log lines scroll above a progress bar instead of running into it.
+class ConsoleWithStatusLine : public spdlog::sinks::sink {
+ public:
+  void log(const spdlog::details::log_msg& msg) override {
+    std::lock_guard lock(mutex_);
+    if (!status_.empty()) std::fputs("\r\033[K", stderr);
+    inner_.log(msg);
+    inner_.flush();
+    if (!status_.empty()) draw();
+  }
+  void flush() override { inner_.flush(); }
+  void set_pattern(const std::string& pattern) override { inner_.set_pattern(pattern); }
+  void set_formatter(std::unique_ptr<spdlog::formatter> formatter) override { inner_.set_formatter(std::move(formatter)); }
+  void set_status(std::string_view line) {
+    std::lock_guard lock(mutex_);
+    if (line.empty() && !status_.empty()) std::fputs("\r\033[K", stderr);
+    status_ = line;
+    if (!status_.empty()) draw();
+  }
+
+ private:
+  void draw() {
+    std::fputs("\r\033[K", stderr);
+    std::fwrite(status_.data(), 1, status_.size(), stderr);
+    std::fflush(stderr);
+  }
+  std::mutex mutex_;
+  spdlog::sinks::stderr_color_sink_st inner_;
+  std::string status_;
+};
+
 struct State {
   std::mutex mutex;
+  std::shared_ptr<ConsoleWithStatusLine> console;
   std::shared_ptr<spdlog::logger> logger;
   std::shared_ptr<spdlog::sinks::sink> file_sink;
 };
@@ -28,8 +64,8 @@ spdlog::logger& logger() {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (!s.logger) {
-    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-    s.logger = std::make_shared<spdlog::logger>("frugal", console);
+    s.console = std::make_shared<ConsoleWithStatusLine>();
+    s.logger = std::make_shared<spdlog::logger>("frugal", s.console);
     s.logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
     s.logger->set_level(spdlog::level::info);
     s.logger->flush_on(spdlog::level::warn);
@@ -86,6 +122,13 @@ void remove_file_sink() {
     std::erase(sinks, state().file_sink);
     state().file_sink.reset();
   }
+}
+
+bool console_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+
+void set_status_line(std::string_view line) {
+  logger();  // makes the console sink
+  if (console_is_terminal()) state().console->set_status(line);
 }
 
 void debug(std::string_view message) { logger().debug("{}", message); }

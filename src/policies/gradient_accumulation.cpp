@@ -42,6 +42,21 @@ void GradientAccumulationPolicy::on_fit_begin(const Trainer& trainer) {
   }
 }
 
+void GradientAccumulationPolicy::on_micro_batch_changed(const Trainer& trainer, int64_t old_size, int64_t new_size) {
+  const int64_t before = steps_;
+  if (options_.effective_batch_size() > 0) {
+    steps_ = accumulation_steps_for(options_.effective_batch_size(), new_size, trainer.data_options().num_replicas());
+  } else if ((steps_ * old_size) % new_size == 0) {
+    steps_ = steps_ * old_size / new_size;
+  } else {
+    throw TrainingError(c10::str("gradient accumulation: the effective batch of ", steps_ * old_size,
+                                 " is not a multiple of the new micro-batch ", new_size));
+  }
+  in_window_ = 0;
+  log::info(c10::str("gradient accumulation: ", steps_, " micro-batches of ", new_size, " per optimizer step (was ", before,
+                     " of ", old_size, ")"));
+}
+
 void GradientAccumulationPolicy::on_epoch_begin(const TrainerState&) {
   // Windows never span epochs (checkpoints are taken at boundaries, where the window is empty).
   in_window_ = 0;

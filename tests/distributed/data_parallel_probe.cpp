@@ -66,6 +66,9 @@ struct Recorder : frugal::Policy {
   torch::Tensor transform_loss(frugal::StepContext& ctx, torch::Tensor loss) override {
     // micro_step counts the passes already run: 2 means this is the third (step 3, no accumulation).
     if (args_.mode == "overflow" && rank_ == 1 && ctx.state().micro_step == 2) return loss * INFINITY;
+    // From the fifth micro-step on, rank 1 alone "runs out of memory" on micro-batches above 2.
+    TORCH_CHECK_WITH(OutOfMemoryError, !(args_.mode == "oom" && rank_ == 1 && ctx.state().micro_step >= 4 && ctx.batch().size() > 2),
+                     "simulated out of memory on rank 1");
     return loss;
   }
   void on_after_backward(frugal::StepContext& ctx) override {
@@ -104,6 +107,7 @@ struct Run {
   std::shared_ptr<Recorder> recorder;
   std::shared_ptr<frugal::CheckpointPolicy> checkpoint;
   frugal::FitResult result;
+  int64_t final_batch_size = 0;
 };
 
 // One fit: with `communicator` data-parallel (batch b per rank), without it one process on
@@ -120,6 +124,7 @@ Run train(const Args& args, std::shared_ptr<CountingCommunicator> communicator, 
   frugal::TrainerOptions options;
   options.device("cpu").max_epochs(3).max_steps(args.num("max_steps", 12)).log_every_n_steps(5);
   if (args.mode == "resume" || args.mode == "preempt") options.run_dir(args.get("dir", "run"));
+  options.halve_batch_on_oom(args.mode == "oom");
   frugal::Trainer trainer(model, [](torch::nn::Module& m) {
     return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   }, frugal::testing::blobs(240), options, frugal::DataLoaderOptions().batch_size(batch).seed(3));
@@ -133,7 +138,7 @@ Run train(const Args& args, std::shared_ptr<CountingCommunicator> communicator, 
                                                                                  : frugal::BufferSync::broadcast)));
   }
   const int64_t accumulate = args.num("accumulate", 1);
-  if (accumulate > 1) {
+  if (accumulate > 1 || args.mode == "oom") {
     trainer.add_policy(std::make_shared<frugal::GradientAccumulationPolicy>(frugal::GradientAccumulationOptions().steps(accumulate)));
   }
   if (args.mode == "overflow") {
@@ -147,6 +152,7 @@ Run train(const Args& args, std::shared_ptr<CountingCommunicator> communicator, 
     trainer.add_policy(run.checkpoint);
   }
   run.result = trainer.fit();
+  run.final_batch_size = trainer.data_options().batch_size();
   return run;
 }
 
@@ -184,7 +190,7 @@ int run(const Args& args) {
   const torch::Tensor steps = torch::stack(rec.params);
   if (!equal_on_all_ranks(*raw, steps)) return fail("parameters differ between ranks after some step");
 
-  if (args.mode == "parity") {
+  if (args.mode == "parity" || args.mode == "oom") {
     Run single = train(args, nullptr, n);
     if (single.recorder->params.size() != rec.params.size()) return fail("not as many steps as the single process");
     double worst = 0;
@@ -199,6 +205,10 @@ int run(const Args& args) {
     }
     std::cout << "rank " << r << ": parity ok: " << rec.params.size() << " steps, " << rec.collectives.size()
               << " micro-steps, relative difference to one process " << worst << std::endl;
+    if (args.mode == "oom") {
+      if (dp.final_batch_size != 2) return fail(c10::str("micro-batch ", dp.final_batch_size, " at the end, expected 2"));
+      std::cout << "rank " << r << ": oom ok: every rank went on with micro-batches of " << dp.final_batch_size << std::endl;
+    }
   } else if (args.mode == "overflow") {
     if (dp.result.state.skipped_steps != 1) return fail(c10::str(dp.result.state.skipped_steps, " skipped steps, expected 1"));
     if (!torch::equal(rec.params[2], rec.params[1])) return fail("step 3 changed the weights although it overflowed");

@@ -24,6 +24,12 @@ parity)
     echo "$out" | grep "parity ok" | head -1
     echo "ok: $n processes, $*"
   done ;;
+oom)
+  out=$(launch 2 oom) || fail "$out"
+  expect_all "$out" 2 "oom ok: every rank went on with micro-batches of 2"
+  expect_all "$out" 2 "parity ok"
+  echo "$out" | grep "parity ok" | head -1
+  echo "ok: rank 1 alone out of memory: both ranks halve, same weights as one process" ;;
 overflow)
   out=$(launch 2 overflow) || fail "$out"
   expect_all "$out" 2 "overflow ok: skipped 1 of"

@@ -22,6 +22,11 @@
 #include "frugal/policies/gradient_clipping.hpp"
 #include "frugal/policies/mixed_precision.hpp"
 #include "frugal/policies/smoke_test.hpp"
+#include "frugal/tooling/auto_batch_size.hpp"
+#include "frugal/tooling/cost.hpp"
+#include "frugal/tooling/profiler.hpp"
+#include "frugal/tooling/progress.hpp"
+#include "frugal/tooling/throughput.hpp"
 
 namespace frugal {
 
@@ -41,6 +46,14 @@ struct StandardOptions {
   EarlyStoppingOptions early_stopping;        // [early_stopping]
   CommunicatorOptions communicator;           // [distributed]
   DataParallelOptions data_parallel;          // [distributed]
+  bool auto_batch_enabled = false;            // [auto_batch] enabled
+  BatchSizeFinderOptions auto_batch;          // [auto_batch]
+  bool throughput_enabled = true;             // [throughput] enabled
+  ThroughputOptions throughput;               // [throughput]; programs set the FLOPs per sample
+  CostOptions cost;                           // [cost]; on when price_per_device_hour > 0
+  ProfilerOptions profiler;                   // [profiler]; on when a trigger is set
+  bool progress_enabled = true;               // [progress] enabled
+  ProgressOptions progress;                   // [progress]
   log::Level log_level = log::Level::info;  // [log] level
 };
 
@@ -49,12 +62,15 @@ void bind(Config& config, StandardOptions& options);
 
 /// Adds the policies `options` switch on, in this order: smoke test, data parallelism (when the
 /// environment says this process is one of several: torchrun or Slurm; it connects to the
-/// others here), gradient accumulation, mixed precision, clipping, early stopping, checkpoint
-/// (the loss is divided by N before it is
-/// scaled; the gradient hooks run in the Trainer's fixed order whatever the policy order; the
-/// checkpoint comes last so that a stop decided by early stopping is saved with its counters).
+/// others here), then the automatic batch size (with `probe`; it writes the chosen batch size
+/// and accumulation steps back into `options`), gradient accumulation, mixed precision,
+/// clipping, throughput, cost, profiler, progress, early stopping, checkpoint (the loss is
+/// divided by N before it is scaled; the gradient hooks run in the Trainer's fixed order
+/// whatever the policy order; the checkpoint comes last so that a stop decided by early
+/// stopping or the budget is saved with its counters; a hard budget turns checkpoints on).
 /// `resolved_config` (Config::to_toml()) is stored in each checkpoint.
-void add_policies(Trainer& trainer, const StandardOptions& options, const std::string& resolved_config = "");
+void add_policies(Trainer& trainer, StandardOptions& options, const std::string& resolved_config = "",
+                  const ProbeBatch& probe = {});
 
 /// Optimizer steps in one epoch of this rank's share of the data, given the accumulation options
 /// (for LR schedules written in steps). Call after add_policies: it needs the world size.

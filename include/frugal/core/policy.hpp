@@ -100,6 +100,10 @@ class Policy {
   /// Called only every log_every_n_steps, so it may read values back from the device.
   virtual void collect_metrics(Metrics& /*metrics*/) {}
 
+  /// The Trainer changed the micro-batch from `old_size` to `new_size` (halved after running out
+  /// of memory, or restored so from a checkpoint): gradient accumulation keeps the effective batch.
+  virtual void on_micro_batch_changed(const Trainer& /*trainer*/, int64_t /*old_size*/, int64_t /*new_size*/) {}
+
   // -- Replication ------------------------------------------------------------------------
   /// The policy that replicates training across processes (DataParallelPolicy) returns its
   /// communicator. The Trainer then reads this rank's share of the data, averages logged and

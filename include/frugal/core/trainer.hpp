@@ -16,6 +16,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "frugal/checkpoint/snapshot.hpp"
@@ -54,6 +55,11 @@ class Trainer {
   /// a communicator (data parallelism) makes this process read its rank's share of the data.
   void add_policy(std::shared_ptr<Policy> policy);
 
+  /// Changes the training micro-batch size; only before the fit starts (automatic batch size).
+  void set_batch_size(int64_t batch_size);
+  /// Fraction of the whole run done (0..1), by micro-steps of max_epochs and by max_steps.
+  double progress() const;
+
   /// Trains until max_epochs, max_steps or a policy's stop; returns the final counters.
   FitResult fit();
   /// Runs the validation set once and returns its metrics (weighted mean over batches).
@@ -77,6 +83,10 @@ class Trainer {
   /// Optimizer-step boundaries per epoch without accumulation: batches of this rank's share.
   int64_t batches_per_epoch() const { return train_loader_.batches_per_epoch(); }
 
+  /// Writes a metrics record (metrics.jsonl and TensorBoard) on rank 0; a no-op elsewhere and
+  /// without a run directory. For policies' events: budget alerts, profiles, epoch costs.
+  void record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const;
+
   /// The replicas this process trains with (a single-process no-op unless a policy brought one).
   Communicator& communicator() const { return *communicator_; }
   int64_t rank() const;
@@ -88,6 +98,10 @@ class Trainer {
   /// clipping, the optimizer step and the LR schedule.
   void train_micro_step(const Batch& batch, bool last_in_epoch);
   void apply_lr_schedule();
+  /// The micro-batch from now on, and the policies told (accumulation keeps the effective batch).
+  void change_micro_batch(int64_t new_size);
+  /// After a window in which some rank ran out of memory: drop it, halve the micro-batch, rewind.
+  void halve_after_oom();
   void log_training();
   void maybe_stop();
   /// Sums `values` across ranks (one collective); a no-op alone.
@@ -106,8 +120,18 @@ class Trainer {
   std::shared_ptr<Communicator> communicator_;
   torch::Device device_;
   TrainerState state_;
-  MetricsLog metrics_log_;
-  int64_t validated_at_step_ = -1;  // so an epoch end does not repeat a validation just run
+  mutable MetricsLog metrics_log_;  // output only: recording an event does not change training
+  int64_t validated_at_step_ = -1;
+
+  // The out-of-memory safety net (options_.halve_batch_on_oom): where the current accumulation
+  // window began, so that a window with an out-of-memory micro-step can run again.
+  struct WindowStart {
+    DataPosition position;
+    int64_t micro_step = 0, samples_seen = 0, window_micro_steps = 0, window_samples = 0;
+    torch::Tensor window_loss_sum;
+  };
+  std::optional<WindowStart> oom_window_start_;
+  bool window_oom_ = false;  // this rank ran out of memory in the current window  // so an epoch end does not repeat a validation just run
 
   // Loss summed on the device since the last log line: read back only when logging, so the
   // loop never waits for the GPU between steps.
@@ -116,6 +140,7 @@ class Trainer {
   int64_t window_samples_ = 0;
   std::chrono::steady_clock::time_point window_start_;
   double window_data_wait_start_ = 0.0;  // the loader's wait_seconds() when the window began
+  double window_reduce_seconds_ = 0.0;   // host time in gradient reduction (communication)
   double last_window_loss_ = 0.0;
 };
 

@@ -57,6 +57,7 @@ struct DataPosition {
   int64_t epoch = 0;
   int64_t batch_index = 0;  // batches already handed out in this epoch
   int64_t seed = 0;
+  int64_t batch_size = 0;   // the micro-batch batch_index counts in (0: not recorded)
 };
 
 class DataLoader {
@@ -78,12 +79,14 @@ class DataLoader {
   /// Examples this replica sees per epoch.
   int64_t examples_per_epoch() const;
 
-  DataPosition position() const { return {epoch_, batch_index_, options_.seed()}; }
+  DataPosition position() const { return {epoch_, batch_index_, options_.seed(), options_.batch_size()}; }
   /// Continues from `position`; throws OptionError if it does not fit this loader.
   void restore(const DataPosition& position);
   /// Reads replica `rank`'s share of num_replicas from now on (rewinds the current epoch).
   void shard(int64_t num_replicas, int64_t rank);
 
+  /// Batches of `batch_size` from now on (rewinds the current epoch).
+  void set_batch_size(int64_t batch_size);
   /// Pins batches from now on (see DataLoaderOptions::pin_memory).
   void set_pin_memory(bool pin);
   /// With workers and a CUDA `device`: each worker also copies its batches to the device on a

@@ -43,6 +43,7 @@ class GradientAccumulationPolicy : public Policy {
 
   /// Micro-batches per optimizer step in effect.
   int64_t steps() const { return steps_; }
+  void on_micro_batch_changed(const Trainer& trainer, int64_t old_size, int64_t new_size) override;
 
  private:
   GradientAccumulationOptions options_;
