@@ -20,23 +20,26 @@ def main(hidden, layers, heads, seq, batch, steps, threads):
     model = BertForQuestionAnswering(config)
     decay = [p for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n]
     no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
+    # fused=True: the Hugging Face Trainer's default optimizer with torch >= 2.8 (adamw_torch_fused), as
+    # Frugal's example uses frugal::FusedAdamW.
     opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=3e-5, eps=1e-6,
-                            weight_decay=0.01)
+                            weight_decay=0.01, fused=True)
     ids = torch.randint(1, 30522, (batch, seq))
     types = torch.zeros(batch, seq, dtype=torch.long)
     mask = torch.ones(batch, seq, dtype=torch.long)
     starts, ends = torch.randint(0, seq, (batch,)), torch.randint(0, seq, (batch,))
     model.train()
-    start = time.perf_counter()
+    clock = time.thread_time if threads == 1 else time.perf_counter  # as the Frugal side
+    start = clock()
     for step in range(steps + 1):
         if step == 1:
-            start = time.perf_counter()
+            start = clock()
         opt.zero_grad(set_to_none=True)
         out = model(input_ids=ids, token_type_ids=types, attention_mask=mask, start_positions=starts, end_positions=ends)
         out.loss.backward()
         opt.step()
     out.loss.item()
-    print(json.dumps({"seconds": time.perf_counter() - start}))
+    print(json.dumps({"seconds": clock() - start}))
 
 
 if __name__ == "__main__":

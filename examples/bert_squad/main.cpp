@@ -42,11 +42,14 @@ struct OptimizerOptions {
   double weight_decay = 0.01;
   double eps = 1e-6;
   double warmup_fraction = 0.1;
+  bool fused = true;  // one fused kernel per step (Hugging Face Trainer's default, adamw_torch_fused)
 };
 
 std::unique_ptr<torch::optim::Optimizer> make_adamw(torch::nn::Module& module, const OptimizerOptions& o) {
   const auto options = torch::optim::AdamWOptions(o.lr).eps(o.eps).weight_decay(o.weight_decay);
-  return std::make_unique<torch::optim::AdamW>(frugal::weight_decay_groups(module, options, frugal::is_bias_or_layer_norm), options);
+  auto groups = frugal::weight_decay_groups(module, options, frugal::is_bias_or_layer_norm);
+  if (o.fused) return std::make_unique<frugal::FusedAdamW>(std::move(groups), options);
+  return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
 }
 
 void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, OptimizerOptions& o) {
@@ -68,6 +71,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
   config.bind("optimizer.weight_decay", o.weight_decay, "AdamW weight decay (not on biases and LayerNorm)");
   config.bind("optimizer.eps", o.eps, "AdamW epsilon");
   config.bind("optimizer.warmup_fraction", o.warmup_fraction, "Share of the steps spent warming up, then linear decay");
+  config.bind("optimizer.fused", o.fused, "AdamW as one fused kernel (frugal::FusedAdamW); false = torch::optim::AdamW");
   config.add_check("squad", [&s] {
     if (s.features.max_seq_length < 8) throw frugal::OptionError("max_seq_length", "max_seq_length must be >= 8");
     if (s.features.doc_stride < 1) throw frugal::OptionError("doc_stride", "doc_stride must be >= 1");

@@ -39,6 +39,7 @@
 #include "frugal/log.hpp"
 #include "frugal/models/bert.hpp"
 #include "frugal/models/resnet.hpp"
+#include "frugal/optim/fused_adamw.hpp"
 #include "frugal/policies/early_stopping.hpp"
 #include "frugal/policies/gradient_accumulation.hpp"
 #include "frugal/policies/gradient_clipping.hpp"

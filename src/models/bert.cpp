@@ -3,7 +3,9 @@
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -11,10 +13,15 @@
 #include "frugal/errors.hpp"
 #include "frugal/io/safetensors.hpp"
 #include "frugal/log.hpp"
+#include "models/detail/dropout.hpp"
 
 namespace frugal {
 namespace fs = std::filesystem;
 namespace {
+
+// aten::linear: on [N, S, H] inputs one addmm with the bias fused in. (torch::nn::Linear's C++
+// forward runs matmul, then adds the bias, and its gradient is summed, in separate passes.)
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) { return torch::linear(x, layer->weight, layer->bias); }
 
 torch::nn::LayerNorm layer_norm(const BertConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
@@ -161,7 +168,7 @@ torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const 
   }
   const torch::Tensor positions = torch::arange(seq_len, input_ids.options().dtype(torch::kLong)).unsqueeze(0);
   torch::Tensor x = word_embeddings(input_ids) + token_type_embeddings(token_type_ids) + position_embeddings(positions);
-  return dropout(LayerNorm(x));
+  return detail::dropout(LayerNorm(x), config_.hidden_dropout_prob, is_training());
 }
 
 void BertSelfAttentionImpl::reset() {
@@ -174,10 +181,20 @@ void BertSelfAttentionImpl::reset() {
 torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
   const int64_t n = hidden.size(0), s = hidden.size(1), heads = config_.num_attention_heads;
   const int64_t d = config_.hidden_size / heads;
-  auto split = [&](const torch::Tensor& t) { return t.view({n, s, heads, d}).transpose(1, 2); };  // [N, heads, S, d]
+  // One matrix multiply for query, key and value (the weights keep Hugging Face's three names).
+  const torch::Tensor qkv = torch::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
+                                          torch::cat({query->bias, key->bias, value->bias}));
+  const std::vector<torch::Tensor> parts = qkv.view({n, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // [N, heads, S, d]
   const double dropout = is_training() ? config_.attention_probs_dropout_prob : 0.0;
-  const torch::Tensor context =
-      at::scaled_dot_product_attention(split(query(hidden)), split(key(hidden)), split(value(hidden)), mask, dropout);
+  torch::Tensor context;
+  if (dropout > 0 && hidden.device().is_cpu()) {
+    // What SDPA's math path does on the CPU in training, with the faster dropout mask.
+    torch::Tensor scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d)));
+    scores.masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    context = torch::matmul(detail::dropout(torch::softmax(scores, -1), dropout, true), parts[2]);
+  } else {
+    context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], mask, dropout);
+  }
   return context.transpose(1, 2).reshape({n, s, config_.hidden_size});
 }
 
@@ -188,7 +205,7 @@ void BertResidualOutputImpl::reset() {
 }
 
 torch::Tensor BertResidualOutputImpl::forward(const torch::Tensor& x, const torch::Tensor& residual) {
-  return LayerNorm(dropout(dense(x)) + residual);
+  return LayerNorm(detail::dropout(linear(dense, x), config_.hidden_dropout_prob, is_training()) + residual);
 }
 
 void BertAttentionImpl::reset() {
@@ -202,7 +219,7 @@ torch::Tensor BertAttentionImpl::forward(const torch::Tensor& hidden, const torc
 
 void BertIntermediateImpl::reset() { dense = register_module("dense", torch::nn::Linear(config_.hidden_size, config_.intermediate_size)); }
 
-torch::Tensor BertIntermediateImpl::forward(const torch::Tensor& x) { return activation(dense(x), config_.hidden_act); }
+torch::Tensor BertIntermediateImpl::forward(const torch::Tensor& x) { return activation(linear(dense, x), config_.hidden_act); }
 
 void BertLayerImpl::reset() {
   attention = register_module("attention", BertAttention(config_));
@@ -250,7 +267,7 @@ void BertForQuestionAnsweringImpl::init_qa_head() { init_like_hugging_face(*qa_o
 std::pair<torch::Tensor, torch::Tensor> BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids,
                                                                                const torch::Tensor& token_type_ids,
                                                                                const torch::Tensor& attention_mask) {
-  torch::Tensor logits = qa_outputs(bert(input_ids, token_type_ids, attention_mask));
+  torch::Tensor logits = linear(qa_outputs, bert(input_ids, token_type_ids, attention_mask));
   if (logits.scalar_type() != torch::kFloat64) logits = logits.to(torch::kFloat32);  // fp16/bf16 under autocast
   auto parts = logits.split(1, -1);
   return {parts[0].squeeze(-1), parts[1].squeeze(-1)};

@@ -95,3 +95,35 @@ TEST_CASE("BERT configs: presets, config.json errors name the file and key, FLOP
   copy->qa_outputs->weight.data().fill_(3.0);
   CHECK(net->qa_outputs->weight.ne(3.0).all().item<bool>());
 }
+
+TEST_CASE("BERT training on the CPU: the attention with dropout and the dropout masks", "[bert]") {
+  Seeded seeded;
+  BertConfig c = BertConfig::preset("tiny");
+  c.vocab_size = 60;
+  c.hidden_dropout_prob = 0.0;
+  c.attention_probs_dropout_prob = 1e-12;  // the training path (dropout on), yet nothing dropped
+  BertForQuestionAnswering net(c);
+  const torch::Tensor ids = torch::randint(1, 60, {3, 20});
+  const torch::Tensor types = torch::zeros_like(ids);
+  torch::Tensor mask = torch::ones_like(ids);
+  mask.narrow(1, 14, 6).select(0, 1).zero_();  // padding in the second sequence
+  net->train();
+  const auto [train_start, train_end] = net->forward(ids, types, mask);
+  net->eval();  // scaled_dot_product_attention, no dropout
+  const auto [eval_start, eval_end] = net->forward(ids, types, mask);
+  CHECK(torch::allclose(train_start, eval_start, 1e-5, 1e-6));
+  CHECK(torch::allclose(train_end, eval_end, 1e-5, 1e-6));
+  // With real dropout, training outputs differ from evaluation, and each mask keeps about 1 - p.
+  c.attention_probs_dropout_prob = 0.3;
+  c.hidden_dropout_prob = 0.3;
+  BertForQuestionAnswering dropped(c);
+  dropped->train();
+  const auto [a, b] = dropped->forward(ids, types, mask);
+  dropped->eval();
+  const auto [e, f] = dropped->forward(ids, types, mask);
+  CHECK_FALSE(torch::allclose(a, e, 1e-3, 1e-3));
+  dropped->train();  // the share the embeddings' dropout keeps
+  const torch::Tensor emb = dropped->bert->embeddings->forward(torch::randint(1, 60, {64, 128}), torch::zeros({64, 128}, torch::kLong));
+  const double kept = emb.ne(0).to(torch::kDouble).mean().item<double>();
+  CHECK(kept == Approx(0.7).margin(0.01));
+}
