@@ -65,7 +65,8 @@ void ThroughputPolicy::on_fit_begin(const Trainer& trainer) {
   window_start_ = std::chrono::steady_clock::now();
 }
 
-void ThroughputPolicy::on_step_end(StepContext& ctx) { window_samples_ += ctx.batch().size(); }
+// Counted at the start of a step, so that the log line written at its end includes it.
+void ThroughputPolicy::on_step_begin(StepContext& ctx) { window_samples_ += ctx.batch().size(); }
 
 void ThroughputPolicy::collect_metrics(Metrics& metrics) {
   const auto now = std::chrono::steady_clock::now();

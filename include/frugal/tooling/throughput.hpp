@@ -51,7 +51,7 @@ class ThroughputPolicy : public Policy {
   ~ThroughputPolicy() override;
   std::string name() const override { return "throughput"; }
   void on_fit_begin(const Trainer& trainer) override;
-  void on_step_end(StepContext& ctx) override;
+  void on_step_begin(StepContext& ctx) override;
   void collect_metrics(Metrics& metrics) override;
   /// The peak used for MFU, TFLOP/s per device (0 when unknown: MFU is then not logged).
   double peak_tflops() const { return peak_tflops_; }
