@@ -193,7 +193,7 @@ std::string default_batch_size_cache() {
 void apply_auto_batch_size(Trainer& trainer, StandardOptions& options, const ProbeBatch& probe) {
   BatchSizeFinderOptions finder = options.auto_batch;
   if (finder.cache_file().empty()) finder.cache_file(default_batch_size_cache());
-  const BatchSizeSearch search = choose_batch_size(trainer, probe, options.precision, finder);
+  const BatchSizeSearch search = choose_batch_size(trainer, probe, options.precision, finder);  // sets the Trainer's
   int64_t batch_size = search.batch_size;
   GradientAccumulationOptions& acc = options.accumulation;
   if (acc.effective_batch_size() == 0 && acc.steps() > 1) {
@@ -203,13 +203,11 @@ void apply_auto_batch_size(Trainer& trainer, StandardOptions& options, const Pro
     acc.steps(steps);
     log::info(c10::str("automatic batch size: micro-batch ", micro, " x ", steps, " accumulation steps keeps the effective batch of ",
                        effective, " per rank"));
-    trainer.set_batch_size(batch_size);
   } else if (acc.effective_batch_size() > 0) {
     // The accumulation policy derives its steps from the micro-batch, which must divide the effective batch.
-    const int64_t per_rank = acc.effective_batch_size() / trainer.world_size();
-    batch_size = keep_effective_batch(per_rank, batch_size).first;
-    trainer.set_batch_size(batch_size);
+    batch_size = keep_effective_batch(acc.effective_batch_size() / trainer.world_size(), batch_size).first;
   }
+  if (batch_size != search.batch_size) trainer.set_batch_size(batch_size);
   options.data.batch_size(batch_size);
 }
 
