@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Run HERE, before the GPU check: downloads the Debian packages Frugal builds against into
-# build/gpu-deps/, to be carried to the GPU machine (which has no network and none of them).
-# Header-only libraries, plus zlib and the data pipeline's shared libraries (libarchive with the
-# runtime libraries it links, libjpeg-turbo), which run.sh puts on LD_LIBRARY_PATH.
+# Run HERE, before the GPU check. The GPU machine has no network and none of our Debian packages, but
+# the same torch (2.11.0+cu130) as our venv, so:
+# - build/gpu-deps/: the Debian packages Frugal builds and runs against: header-only libraries, zlib,
+#   and the data pipeline's shared libraries (libarchive with what it links, libjpeg-turbo), which
+#   run.sh unpacks and puts on LD_LIBRARY_PATH;
+# - build/gpu-bin/: the GPU check's programs built here in Release (bench/gpu/targets.txt), stripped,
+#   so the check spends its device time running rather than compiling (run.sh builds there when
+#   they do not load).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p build/gpu-deps
-cd build/gpu-deps
-rm -f ./*.deb
-apt-get download libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev catch2 \
-  zlib1g-dev zlib1g libgloo-dev \
-  libarchive-dev libarchive13 libturbojpeg0-dev libturbojpeg0 libxxhash-dev libutf8proc-dev libutf8proc2 \
-  libacl1 libbz2-1.0 liblz4-1 liblzma5 libnettle8 libxml2 libicu72 libzstd1 > /dev/null
-ls -1 ./*.deb
+(
+  cd build/gpu-deps
+  rm -f ./*.deb
+  apt-get download libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev catch2 \
+    zlib1g-dev zlib1g libgloo-dev \
+    libarchive-dev libarchive13 libturbojpeg0-dev libturbojpeg0 libxxhash-dev libutf8proc-dev libutf8proc2 \
+    libacl1 libbz2-1.0 liblz4-1 liblzma5 libnettle8 libxml2 libicu72 libzstd1 > /dev/null
+)
+source scripts/env.sh
+grep -q "CMAKE_BUILD_TYPE:STRING=Release" build/CMakeCache.txt || { echo "prepare.sh: build/ is not a Release build" >&2; exit 1; }
+cmake --build build -j "$(nproc)" --target $(cat bench/gpu/targets.txt)
+bash bench/gpu/collect_binaries.sh build build/gpu-bin
+du -sh build/gpu-deps build/gpu-bin

@@ -1,103 +1,173 @@
 #!/usr/bin/env bash
-# The GPU check, run ON the GPU machine from the repository root (after bench/gpu/prepare.sh here,
-# carrying build/gpu-deps):
-#   run(command="bash bench/gpu/run.sh", carry=["build/gpu-deps"])
-# Unpacks the carried packages, builds with the machine's own python3 torch, runs the GPU tests
-# and the GPU benchmarks, and writes everything under $OUT (results.jsonl, logs).
+# The GPU check, run ON the GPU machine from the repository root, after bench/gpu/prepare.sh here:
+#   run(command="bash bench/gpu/run.sh", carry=["build/gpu-deps", "build/gpu-bin"], timeout_s=560)
+# Uses the binaries built here (prepare.sh) against the machine's own python3 torch (the same
+# 2.11.0+cu130), or builds there when they do not load. Runs the test binaries (the GPU tests run
+# instead of skipping) and the GPU benchmarks, each stage under a time limit so the whole stays
+# inside FRUGAL_GPU_BUDGET_S seconds.
+#
+# What comes back from the device tool is at most 8 files, so $OUT holds only: run.log and
+# results.jsonl (both written as the run goes, so a run stopped at its limit still returns them),
+# summary.txt (a table of every figure) and logs.tar.gz (each stage's output, the runs' metrics,
+# profiler tables and traces).
+#
+# Rehearsal on a machine without a GPU, the same stages on the CPU at tiny sizes, to catch wrong
+# flags and paths before a GPU session:
+#   FRUGAL_GPU_REHEARSAL=1 FRUGAL_GPU_PYTHON=~/.cache/frugal/venv/bin/python bash bench/gpu/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/gpu-out}"
-mkdir -p "$OUT"
+logs=build/gpu-logs  # every stage's output and run directory, packed into $OUT/logs.tar.gz
+rm -rf "$logs"
+mkdir -p "$OUT" "$logs"
 exec > >(tee "$OUT/run.log") 2>&1
+results="$OUT/results.jsonl"
 python="${FRUGAL_GPU_PYTHON:-python3}"  # the machine's own torch
-prefix="$PWD/build/gpu-prefix"
-for deb in build/gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
-# libarchive and libturbojpeg (and what libarchive links) from the carried packages.
-export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-"$python" -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.is_available())"
-
-generator="Unix Makefiles"; command -v ninja > /dev/null && generator=Ninja
-cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTHON="$python" \
-  -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
-  -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" -DTORCH_CUDA_ARCH_LIST=9.0 || exit 1
-cmake --build build/gpu -j "$(nproc)" --target frugal_precision_tests frugal_core_tests frugal_checkpoint_tests \
-  frugal_distributed_tests frugal_data_tests frugal_bench_gpu_precision frugal_bench_data_parallel \
-  frugal_bench_data_pipeline frugal_minimal frugal_resnet_tests frugal_resnet50 frugal_bench_resnet frugal_bert_tests \
-  frugal_bert_squad frugal_bench_bert frugal_tooling_tests frugal_bench_tooling || exit 1
-
+budget="${FRUGAL_GPU_BUDGET_S:-500}"
+bin=build/gpu-bin
 status=0
-# Every test, so the GPU-only ones run instead of skipping; the CPU ones must pass there too.
-for t in core precision checkpoint distributed resnet bert tooling; do
-  # (the parity tests need torchvision, transformers, safetensors, tensorboard in python3: "~[python]" skips them)
-  filter=""; { [ "$t" = resnet ] || [ "$t" = bert ] || [ "$t" = tooling ]; } && filter="~[python]"
-  (cd build/gpu/tests && ./frugal_${t}_tests $filter) > "$OUT/tests_$t.txt" 2>&1 || status=1
-  tail -n 3 "$OUT/tests_$t.txt"
-done
-# Data tests without those that need Python's numpy/Pillow (the machine's python3 may lack them):
-# pinned batches and the loader's worker scaling on 16 cores.
-(cd build/gpu/tests && ./frugal_data_tests "~[python]") > "$OUT/tests_data.txt" 2>&1 || status=1
-tail -n 3 "$OUT/tests_data.txt"
-build/gpu/bench/frugal_bench_data_pipeline "$OUT/results.jsonl" build/gpu/data_pipeline > "$OUT/data_pipeline.txt" 2>&1 || status=1
-cat "$OUT/data_pipeline.txt"
-build/gpu/bench/frugal_bench_gpu_precision "$OUT/results.jsonl" || status=1
-for p in fp32 fp16 bf16; do
-  build/gpu/examples/minimal/frugal_minimal --config examples/minimal/config.toml --trainer.device=cuda \
-    --precision.mode=$p --trainer.run_dir="$OUT/minimal_$p" --trainer.max_epochs=3 | tail -n 1 || status=1
-done
-# ResNet-50 on one GPU, channels-last (auto on CUDA), batch 256: synthetic images made on the
-# device (the model alone), then photo-like 500x375 JPEGs decoded by 16 worker threads.
-build/gpu/bench/frugal_bench_resnet decode "$OUT/results.jsonl" | grep -v '^{' || status=1
-resnet=(build/gpu/examples/resnet50/frugal_resnet50 --trainer.device=cuda --data.batch_size=256 --smoke_test.mode=off
-        --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0)
-for p in bf16 fp16 fp32; do
-  "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$((256 * 60)) --precision.mode=$p \
-    --trainer.run_dir="$OUT/resnet_synthetic_$p" > "$OUT/resnet_synthetic_$p.txt" 2>&1 || status=1
-  echo "synthetic $p: $(tail -n 1 "$OUT/resnet_synthetic_$p.txt")"
-done
-build/gpu/bench/frugal_bench_resnet make-shards build/gpu/jpeg 25600 1000 > /dev/null || status=1
-"${resnet[@]}" --images.source=shards --images.train=build/gpu/jpeg --images.val= --precision.mode=bf16 \
-  --data.num_workers=16 --data.prefetch_batches=6 --trainer.max_epochs=1 --trainer.run_dir="$OUT/resnet_jpeg_bf16" \
-  > "$OUT/resnet_jpeg_bf16.txt" 2>&1 || status=1
-echo "JPEG bf16: $(tail -n 1 "$OUT/resnet_jpeg_bf16.txt")"
-# BERT-large, sequence length 384, batch 32: fp16 and bf16 against fp32; then the bundled tiny SQuAD
-# example on the GPU.
-build/gpu/bench/frugal_bench_bert gpu "$OUT/results.jsonl" 32 10 || status=1
-build/gpu/examples/bert_squad/frugal_bert_squad --config examples/bert_squad/tiny.toml --trainer.device=cuda \
-  --precision.mode=bf16 --squad.cache=build/gpu/cache --trainer.run_dir="$OUT/bert_tiny" | tail -n 1 || status=1
-# The bert example as users run it, with a BERT-large config (random weights) on the bundled data at
-# sequence length 384: seq/s, MFU, peak memory and GPU utilisation from its log lines, a profile of
-# 3 steps (trace, top kernels, memory-bound share of GPU time), then the automatic batch size.
-bert_large=(build/gpu/examples/bert_squad/frugal_bert_squad --config examples/bert_squad/tiny.toml --trainer.device=cuda
-            --model.config=bench/gpu/bert_large_config.json --squad.max_seq_length=384 --squad.doc_stride=128
-            --squad.max_query_length=64 --squad.cache=build/gpu/cache --squad.dev= --smoke_test.mode=off
-            --trainer.max_epochs=100 --trainer.max_steps=40 --trainer.log_every_n_steps=10 --cost.price_per_device_hour=3.5)
-"${bert_large[@]}" --precision.mode=bf16 --data.batch_size=32 --profiler.every_n_steps=20 --profiler.steps=3 \
-  --trainer.run_dir="$OUT/bert_large_bf16" > "$OUT/bert_large_bf16.txt" 2>&1 || status=1
-grep -E "step 40 |GPU time:|^bert_squad" "$OUT/bert_large_bf16.txt"
-"${bert_large[@]}" --precision.mode=bf16 --trainer.max_steps=10 --auto_batch.enabled=true --auto_batch.multiple_of=8 \
-  --auto_batch.max=512 --auto_batch.cache_file="$OUT/batch_sizes.json" --trainer.run_dir="$OUT/bert_large_auto" \
-  > "$OUT/bert_large_auto.txt" 2>&1 || status=1
-grep -E "automatic batch size|^bert_squad" "$OUT/bert_large_auto.txt"
-build/gpu/bench/frugal_bench_tooling "$OUT/results.jsonl" 9 build/gpu/profiles | grep -v '^{' || status=1
-# The NCCL path with one rank (an explicit backend makes a real process group even alone): the
-# all-reduce bandwidth, and a data-parallel step against the same step alone, overlapped or not.
-"$python" -m torch.distributed.run --standalone --nproc-per-node=1 --no-python \
-  build/gpu/bench/frugal_bench_data_parallel "$OUT/results.jsonl" cuda nccl > "$OUT/data_parallel.txt" 2>&1 || status=1
-grep -E "^all-reduce|^step" "$OUT/data_parallel.txt"
-# With every GPU of the machine, when it has several: the weak-scaling figure of docs/benchmarks.md.
-gpus=$(nvidia-smi -L 2> /dev/null | wc -l)
-if [ "$gpus" -gt 1 ]; then
-  "$python" -m torch.distributed.run --standalone --nproc-per-node="$gpus" --no-python \
-    build/gpu/bench/frugal_bench_data_parallel "$OUT/results.jsonl" cuda nccl > "$OUT/data_parallel_$gpus.txt" 2>&1 || status=1
+
+if [ -n "${FRUGAL_GPU_REHEARSAL:-}" ]; then
+  dev=cpu backend=gloo batch=4 images=8 jpegs=64 workers=2 bert_batch=2 bert_steps=4 bench_steps=2 rounds=3
+  bert_config=examples/bert_squad/tiny_config.json auto=(--auto_batch.cpu_memory_limit_mb=1500)
+else
+  dev=cuda backend=nccl batch=256 images=$((256 * 60)) jpegs=12800 workers=16 bert_batch=32 bert_steps=40 bench_steps=10
+  rounds=9 bert_config=bench/gpu/bert_large_config.json auto=()
 fi
-cat "$OUT/results.jsonl"
-# A short table of every figure (name, value, unit, ratio to its baseline).
-"$python" - "$OUT/results.jsonl" <<'PY' | tee "$OUT/summary.txt"
+
+# stage NAME LIMIT_S COMMAND...: runs COMMAND with its output in $logs/NAME.txt, under `timeout`,
+# skipped once the budget is spent; a failure marks the whole check failed.
+stage() {
+  local name=$1 limit=$2 left=$((budget - SECONDS))
+  shift 2
+  if [ "$left" -lt 15 ]; then
+    echo "[${SECONDS}s] $name: SKIPPED, out of time"
+    status=1
+    return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local begin=$SECONDS rc
+  timeout "$limit" "$@" > "$logs/$name.txt" 2>&1
+  rc=$?
+  echo "[${SECONDS}s] $name: rc $rc after $((SECONDS - begin)) s"
+  [ "$rc" -ne 0 ] && status=1 && tail -n 5 "$logs/$name.txt"
+  return $rc
+}
+
+# Packs the logs for the trip back: files under 16 MiB, the traces left out when over 15 MiB.
+pack() {
+  local files=(find "$logs" -type f -size -16M ! -name '*.pt' ! -path '*/checkpoints/*')
+  "${files[@]}" | tar czf "$OUT/logs.tar.gz" -T -
+  if [ "$(stat -c %s "$OUT/logs.tar.gz")" -gt $((15 * 1024 * 1024)) ]; then
+    "${files[@]}" ! -name '*.trace.json' | tar czf "$OUT/logs.tar.gz" -T -
+  fi
+}
+
+summary() {
+  "$python" - "$results" << 'PY' | tee "$OUT/summary.txt"
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     ratio = f"{r['ratio']:.3f}" if r.get("ratio") else ""
-    print(f"{r['name']:<52} {r['value']:>12.4g} {r['unit']:<12} {ratio}")
+    print(f"{r['name']:<60} {r['value']:>12.4g} {r['unit']:<12} {ratio}")
 PY
+}
+
+# --- The machine and its torch -------------------------------------------------------------------
+date -u
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
+"$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
+prefix="$PWD/build/gpu-prefix"
+for deb in build/gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+torch_lib=$("$python" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+nvidia_libs=$(ls -d "$torch_lib"/../../nvidia/*/lib 2> /dev/null | tr '\n' ':')
+# libarchive and libturbojpeg (and what libarchive links) from the carried packages; torch's own
+# libraries, CUDA's and NCCL's from the machine's torch.
+export LD_LIBRARY_PATH="$torch_lib:$nvidia_libs$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# --- The binaries: carried (built here by prepare.sh) or built there -------------------------------
+# The tests and benchmarks read data from the source directory they were built in.
+source_dir=$(cat "$bin/SOURCE_DIR" 2> /dev/null)
+if [ -n "$source_dir" ] && [ "$source_dir" != "$PWD" ] && [ ! -e "$source_dir" ]; then
+  mkdir -p "$(dirname "$source_dir")" && ln -s "$PWD" "$source_dir"
+fi
+if "$bin/frugal_core_tests" --help > /dev/null 2>&1; then  # loads every library it links
+  echo "using the binaries built by prepare.sh ($(cat "$bin/BUILT" 2> /dev/null))"
+else
+  echo "the carried binaries do not load here; building"
+  ldd "$bin/frugal_core_tests" 2>&1 | grep -i "not found"
+  generator="Unix Makefiles"
+  command -v ninja > /dev/null && generator=Ninja
+  stage configure 120 cmake -S . -B build/gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTHON="$python" \
+    -DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_INCLUDE_PATH="$prefix/usr/include" \
+    -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" -DTORCH_CUDA_ARCH_LIST=9.0 || exit 1
+  stage build 400 cmake --build build/gpu -j "$(nproc)" --target $(cat bench/gpu/targets.txt) || { pack; exit 1; }
+  bash bench/gpu/collect_binaries.sh build/gpu "$bin"
+fi
+
+# --- Tests: every test binary, side by side, so the GPU-only tests run instead of skipping ----------
+# ("~[python]" leaves out the parity tests, which need the Python reference packages.)
+pids=()
+for t in core precision checkpoint distributed data resnet bert tooling; do
+  stage "tests_$t" 240 "$bin/frugal_${t}_tests" "~[python]" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+grep -h -E "^All tests passed|^test cases:|SKIPPED" "$logs"/tests_*.txt | sort | uniq -c
+
+# --- BERT-large (issue 11): seq/s in fp16 and bf16 against fp32, then the example as users run it ---
+stage bert_large_bench 150 "$bin/frugal_bench_bert" gpu "$results" "$bert_batch" "$bench_steps" && cat "$logs/bert_large_bench.txt"
+# The example with a BERT-large config (random weights) on the bundled data at sequence length 384:
+# seq/s, MFU, peak memory and GPU utilisation from its log lines, and a 3-step profile (trace, top
+# kernels, memory-bound share of GPU time); then the automatic batch size on the card.
+bert=("$bin/frugal_bert_squad" --config examples/bert_squad/tiny.toml --trainer.device=$dev --model.config=$bert_config
+      --squad.max_seq_length=384 --squad.doc_stride=128 --squad.max_query_length=64 --squad.cache=build/gpu-cache
+      --squad.dev= --smoke_test.mode=off --trainer.max_epochs=100 --cost.price_per_device_hour=3.5)
+stage bert_large_bf16 120 "${bert[@]}" --precision.mode=bf16 --data.batch_size="$bert_batch" --trainer.max_steps="$bert_steps" \
+  --trainer.log_every_n_steps=$((bert_steps / 4)) --profiler.every_n_steps=$((bert_steps / 2)) --profiler.skip_steps=1 \
+  --profiler.steps=3 --trainer.run_dir="$logs/bert_large_bf16"
+grep -h -E "step $bert_steps |GPU time:|memory-bound|^bert_squad" "$logs/bert_large_bf16.txt"
+stage bert_large_auto 120 "${bert[@]}" --precision.mode=bf16 --trainer.max_steps=10 --auto_batch.enabled=true \
+  --auto_batch.multiple_of=8 --auto_batch.max=512 --auto_batch.cache_file="$logs/batch_sizes.json" "${auto[@]}" \
+  --trainer.run_dir="$logs/bert_large_auto"
+grep -h -E "automatic batch size|^bert_squad" "$logs/bert_large_auto.txt"
+pack
+
+# --- ResNet-50, batch 256, channels-last (auto on CUDA): synthetic images made on the device (the ---
+# model alone) in each precision, then photo-like 500x375 JPEGs decoded by 16 worker threads.
+resnet=("$bin/frugal_resnet50" --trainer.device=$dev --data.batch_size=$batch --smoke_test.mode=off
+        --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0 --trainer.max_epochs=1)
+for p in bf16 fp16 fp32; do
+  stage "resnet_synthetic_$p" 90 "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$images \
+    --precision.mode=$p --trainer.run_dir="$logs/resnet_synthetic_$p" && tail -n 1 "$logs/resnet_synthetic_$p.txt"
+done
+stage resnet_make_jpegs 90 "$bin/frugal_bench_resnet" make-shards build/gpu-jpeg $jpegs 1000
+stage resnet_jpeg_bf16 90 "${resnet[@]}" --images.source=shards --images.train=build/gpu-jpeg --images.val= \
+  --precision.mode=bf16 --data.num_workers=$workers --data.prefetch_batches=6 --trainer.run_dir="$logs/resnet_jpeg_bf16" &&
+  tail -n 1 "$logs/resnet_jpeg_bf16.txt"
+stage resnet_decode 60 "$bin/frugal_bench_resnet" decode "$results"
+pack
+
+# --- Mixed precision, data parallel (NCCL with one rank: an explicit backend makes a real process ----
+# group even alone), the tooling overhead, the data pipeline on 16 cores, the small examples.
+stage precision_bench 90 "$bin/frugal_bench_gpu_precision" "$results"
+stage data_parallel 90 "$python" -m torch.distributed.run --standalone --nproc-per-node=1 --no-python \
+  "$bin/frugal_bench_data_parallel" "$results" $dev $backend && grep -E "^all-reduce|^step" "$logs/data_parallel.txt"
+gpus=$(nvidia-smi -L 2> /dev/null | wc -l)
+if [ "$gpus" -gt 1 ]; then  # every GPU of the machine: the weak-scaling figure of docs/benchmarks.md
+  stage "data_parallel_$gpus" 90 "$python" -m torch.distributed.run --standalone --nproc-per-node="$gpus" --no-python \
+    "$bin/frugal_bench_data_parallel" "$results" $dev $backend
+fi
+stage tooling_bench 90 "$bin/frugal_bench_tooling" "$results" $rounds "$logs/tooling_profiles"
+stage data_pipeline 90 "$bin/frugal_bench_data_pipeline" "$results" build/gpu-data-pipeline
+for p in fp32 fp16 bf16; do
+  stage "minimal_$p" 60 "$bin/frugal_minimal" --config examples/minimal/config.toml --trainer.device=$dev \
+    --precision.mode=$p --trainer.run_dir="$logs/minimal_$p" --trainer.max_epochs=3 && tail -n 1 "$logs/minimal_$p.txt"
+done
+stage bert_tiny 60 "$bin/frugal_bert_squad" --config examples/bert_squad/tiny.toml --trainer.device=$dev \
+  --precision.mode=bf16 --squad.cache=build/gpu-cache --trainer.run_dir="$logs/bert_tiny" && tail -n 1 "$logs/bert_tiny.txt"
+
+summary
+pack
+echo "[${SECONDS}s] done, status $status"
 exit $status
