@@ -15,7 +15,7 @@
 # flags and paths before a GPU session:
 #   FRUGAL_GPU_REHEARSAL=1 FRUGAL_GPU_PYTHON=~/.cache/frugal/venv/bin/python bash bench/gpu/run.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT="${OUT:-build/gpu-out}"
 logs=build/gpu-logs  # every stage's output and run directory, packed into $OUT/logs.tar.gz
 rm -rf "$logs"

@@ -13,7 +13,9 @@
 #include "frugal/errors.hpp"
 #include "frugal/io/safetensors.hpp"
 #include "frugal/log.hpp"
+#include "models/detail/cpu_attention.hpp"
 #include "models/detail/dropout.hpp"
+#include "models/detail/reused_grad_embedding.hpp"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -158,7 +160,7 @@ void BertEmbeddingsImpl::reset() {
   position_embeddings = register_module("position_embeddings", torch::nn::Embedding(c.max_position_embeddings, c.hidden_size));
   token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(c.type_vocab_size, c.hidden_size));
   LayerNorm = register_module("LayerNorm", layer_norm(c));
-  dropout = register_module("dropout", torch::nn::Dropout(c.hidden_dropout_prob));
+  word_grad_storage_ = std::make_shared<detail::GradStorage>();
 }
 
 torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids) {
@@ -167,7 +169,11 @@ torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const 
     throw TrainingError(c10::str("BERT: sequence length ", seq_len, " exceeds max_position_embeddings ", config_.max_position_embeddings));
   }
   const torch::Tensor positions = torch::arange(seq_len, input_ids.options().dtype(torch::kLong)).unsqueeze(0);
-  torch::Tensor x = word_embeddings(input_ids) + token_type_embeddings(token_type_ids) + position_embeddings(positions);
+  const torch::Tensor& words = word_embeddings->weight;
+  const torch::Tensor word_vectors = is_training() && words.device().is_cpu() && words.requires_grad()
+                                         ? detail::reused_grad_embedding(words, input_ids, word_embeddings->options.padding_idx().value_or(-1), word_grad_storage_)
+                                         : word_embeddings(input_ids);
+  torch::Tensor x = word_vectors + token_type_embeddings(token_type_ids) + position_embeddings(positions);
   return detail::dropout(LayerNorm(x), config_.hidden_dropout_prob, is_training());
 }
 
@@ -184,24 +190,19 @@ torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const 
   // One matrix multiply for query, key and value (the weights keep Hugging Face's three names).
   const torch::Tensor qkv = torch::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
                                           torch::cat({query->bias, key->bias, value->bias}));
-  const std::vector<torch::Tensor> parts = qkv.view({n, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // [N, heads, S, d]
   const double dropout = is_training() ? config_.attention_probs_dropout_prob : 0.0;
-  torch::Tensor context;
-  if (dropout > 0 && hidden.device().is_cpu()) {
-    // What SDPA's math path does on the CPU in training, with the faster dropout mask.
-    torch::Tensor scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d)));
-    scores.masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
-    context = torch::matmul(detail::dropout(torch::softmax(scores, -1), dropout, true), parts[2]);
-  } else {
-    context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], mask, dropout);
+  if (dropout > 0 && hidden.device().is_cpu() && qkv.scalar_type() == torch::kFloat) {
+    // What SDPA's math path computes on the CPU in training, without its copies and with the faster dropout.
+    return detail::cpu_attention(qkv, mask.view({n, s}), heads, dropout);
   }
+  const std::vector<torch::Tensor> parts = qkv.view({n, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // [N, heads, S, d]
+  const torch::Tensor context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], mask, dropout);
   return context.transpose(1, 2).reshape({n, s, config_.hidden_size});
 }
 
 void BertResidualOutputImpl::reset() {
   dense = register_module("dense", torch::nn::Linear(in_features_, config_.hidden_size));
   LayerNorm = register_module("LayerNorm", layer_norm(config_));
-  dropout = register_module("dropout", torch::nn::Dropout(config_.hidden_dropout_prob));
 }
 
 torch::Tensor BertResidualOutputImpl::forward(const torch::Tensor& x, const torch::Tensor& residual) {

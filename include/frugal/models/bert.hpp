@@ -4,24 +4,28 @@
 // "bert.encoder.layer.0.attention.self.query.weight" ... "qa_outputs.weight"), so a Hugging Face
 // model directory (config.json + model.safetensors) loads directly, whether it holds a QA head or
 // only the encoder. Attention goes through at::scaled_dot_product_attention, which picks the
-// flash or memory-efficient kernels on a GPU.
+// flash or memory-efficient kernels on a GPU; training on the CPU in fp32 uses Frugal's own
+// attention with a hand-written backward (src/models/detail/cpu_attention.hpp).
 //
 //   frugal::BertForQuestionAnswering net = frugal::load_bert_for_qa("models/bert-large-uncased");
 //   auto [start, end] = net->forward(input_ids, token_type_ids, attention_mask);  // [N, S] each
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <utility>
 
 namespace frugal {
+namespace detail {
+class GradStorage;
+}
 
 /// The fields of a Hugging Face BERT config.json that shape the model.
 struct BertConfig {
@@ -56,10 +60,10 @@ class BertEmbeddingsImpl : public torch::nn::Cloneable<BertEmbeddingsImpl> {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids);
   torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
   torch::nn::LayerNorm LayerNorm{nullptr};  // Hugging Face's name
-  torch::nn::Dropout dropout{nullptr};
 
  private:
   BertConfig config_;
+  std::shared_ptr<detail::GradStorage> word_grad_storage_;  // the word embeddings' gradient, kept between steps on the CPU
 };
 TORCH_MODULE(BertEmbeddings);
 
@@ -85,7 +89,6 @@ class BertResidualOutputImpl : public torch::nn::Cloneable<BertResidualOutputImp
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual);
   torch::nn::Linear dense{nullptr};
   torch::nn::LayerNorm LayerNorm{nullptr};
-  torch::nn::Dropout dropout{nullptr};
 
  private:
   BertConfig config_;
