@@ -191,12 +191,18 @@ torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const 
   const torch::Tensor qkv = torch::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
                                           torch::cat({query->bias, key->bias, value->bias}));
   const double dropout = is_training() ? config_.attention_probs_dropout_prob : 0.0;
-  if (dropout > 0 && hidden.device().is_cpu() && qkv.scalar_type() == torch::kFloat) {
-    // What SDPA's math path computes on the CPU in training, without its copies and with the faster dropout.
-    return detail::cpu_attention(qkv, mask.view({n, s}), heads, dropout);
-  }
+  // What SDPA's math path computes on the CPU in training, with the faster dropout: in fp32 without its copies.
+  const bool cpu_training = dropout > 0 && hidden.device().is_cpu();
+  if (cpu_training && qkv.scalar_type() == torch::kFloat) return detail::cpu_attention(qkv, mask.view({n, s}), heads, dropout);
   const std::vector<torch::Tensor> parts = qkv.view({n, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // [N, heads, S, d]
-  const torch::Tensor context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], mask, dropout);
+  torch::Tensor context;
+  if (cpu_training) {  // under CPU autocast
+    torch::Tensor scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d)));
+    scores.masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    context = torch::matmul(detail::dropout(torch::softmax(scores, -1), dropout, true), parts[2]);
+  } else {
+    context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], mask, dropout);
+  }
   return context.transpose(1, 2).reshape({n, s, config_.hidden_size});
 }
 
