@@ -362,6 +362,7 @@ void Trainer::log_training() {
   const double communication_fraction = window[4] / static_cast<double>(world_size()) / std::max(1e-9, seconds);
   const double compute_fraction = std::max(0.0, 1.0 - data_wait_fraction - communication_fraction);
   last_window_loss_ = loss;
+  last_window_samples_per_s_ = samples_per_s;
   std::vector<std::pair<std::string, double>> fields{{"step", static_cast<double>(state_.step)},
                                                      {"epoch", static_cast<double>(state_.epoch)},
                                                      {"loss", loss},

@@ -42,6 +42,7 @@ ThroughputPolicy::ThroughputPolicy(ThroughputOptions options) : options_(std::mo
 ThroughputPolicy::~ThroughputPolicy() = default;
 
 void ThroughputPolicy::on_fit_begin(const Trainer& trainer) {
+  trainer_ = &trainer;
   device_ = trainer.device();
   peak_tflops_ = options_.peak_tflops();
   if (device_.is_cuda()) {
@@ -61,20 +62,13 @@ void ThroughputPolicy::on_fit_begin(const Trainer& trainer) {
   if (options_.flops_per_sample() > 0 && peak_tflops_ == 0) {
     log::info("throughput: no peak TFLOP/s for this device (set throughput.peak_tflops): MFU is not logged");
   }
-  window_samples_ = 0;
-  window_start_ = std::chrono::steady_clock::now();
 }
 
-// Counted at the start of a step, so that the log line written at its end includes it.
-void ThroughputPolicy::on_step_begin(StepContext& ctx) { window_samples_ += ctx.batch().size(); }
-
 void ThroughputPolicy::collect_metrics(Metrics& metrics) {
-  const auto now = std::chrono::steady_clock::now();
-  const double seconds = std::max(1e-9, std::chrono::duration<double>(now - window_start_).count());
-  const double samples_per_s = static_cast<double>(window_samples_) / seconds;
+  const double samples_per_s = trainer_->samples_per_s();  // the job's, over the Trainer's log window
   if (options_.tokens_per_sample() > 0) metrics["tokens_per_s"] = samples_per_s * options_.tokens_per_sample();
   if (options_.flops_per_sample() > 0) {
-    const double tflops = samples_per_s * options_.flops_per_sample() / 1e12;
+    const double tflops = samples_per_s / static_cast<double>(trainer_->world_size()) * options_.flops_per_sample() / 1e12;
     metrics["tflops"] = tflops;
     if (peak_tflops_ > 0) metrics["mfu"] = tflops / peak_tflops_;
   }
@@ -91,8 +85,6 @@ void ThroughputPolicy::collect_metrics(Metrics& metrics) {
     metrics["peak_memory_mb"] = static_cast<double>(detail::peak_resident_bytes()) / (1 << 20);
     detail::reset_peak_resident();
   }
-  window_samples_ = 0;
-  window_start_ = now;
 }
 
 }  // namespace frugal

@@ -11,8 +11,14 @@ using namespace frugal::testing;
 namespace {
 struct Figures : Policy {
   std::string name() const override { return "figures"; }
-  void collect_metrics(Metrics& metrics) override { seen.push_back(metrics); }
+  void on_fit_begin(const Trainer& trainer) override { trainer_ = &trainer; }
+  void collect_metrics(Metrics& metrics) override {
+    seen.push_back(metrics);
+    samples_per_s.push_back(trainer_->samples_per_s());
+  }
   std::vector<Metrics> seen;
+  std::vector<double> samples_per_s;  // the Trainer's, for the same window
+  const Trainer* trainer_ = nullptr;
 };
 }  // namespace
 
@@ -35,12 +41,14 @@ TEST_CASE("MFU, TFLOP/s and tokens/s follow the per-sample estimates", "[tooling
   trainer.add_policy(figures);
   trainer.fit();
   REQUIRE(figures->seen.size() == 8);
-  for (const Metrics& m : figures->seen) {
+  for (size_t i = 0; i < figures->seen.size(); ++i) {
+    const Metrics& m = figures->seen[i];
     REQUIRE(m.count("mfu"));
     CHECK(m.at("tflops") > 0);
     CHECK(m.at("mfu") == Approx(m.at("tflops") / 0.5));
     // tokens/s and FLOP/s are the same samples/s times their per-sample figures.
     CHECK(m.at("tokens_per_s") / (m.at("tflops") * 1e12) == Approx(128.0 / 2e9));
+    CHECK(m.at("tokens_per_s") == Approx(figures->samples_per_s[i] * 128.0));  // the Trainer's window, not another
     CHECK(m.at("peak_memory_mb") > 0);  // resident memory on the CPU
     CHECK(m.count("gpu_utilization") == 0);
   }

@@ -59,6 +59,9 @@ class Trainer {
   void set_batch_size(int64_t batch_size);
   /// Fraction of the whole run done (0..1), by micro-steps of max_epochs and by max_steps.
   double progress() const;
+  /// Samples per second of the whole job (all ranks) over the latest log window; set before the
+  /// policies' collect_metrics, so their figures share its window.
+  double samples_per_s() const { return last_window_samples_per_s_; }
 
   /// Trains until max_epochs, max_steps or a policy's stop; returns the final counters.
   FitResult fit();
@@ -121,7 +124,7 @@ class Trainer {
   torch::Device device_;
   TrainerState state_;
   mutable MetricsLog metrics_log_;  // output only: recording an event does not change training
-  int64_t validated_at_step_ = -1;
+  int64_t validated_at_step_ = -1;  // so an epoch end does not repeat a validation just run
 
   // The out-of-memory safety net (options_.halve_batch_on_oom): where the current accumulation
   // window began, so that a window with an out-of-memory micro-step can run again.
@@ -131,7 +134,7 @@ class Trainer {
     torch::Tensor window_loss_sum;
   };
   std::optional<WindowStart> oom_window_start_;
-  bool window_oom_ = false;  // this rank ran out of memory in the current window  // so an epoch end does not repeat a validation just run
+  bool window_oom_ = false;  // this rank ran out of memory in the current window
 
   // Loss summed on the device since the last log line: read back only when logging, so the
   // loop never waits for the GPU between steps.
@@ -142,6 +145,7 @@ class Trainer {
   double window_data_wait_start_ = 0.0;  // the loader's wait_seconds() when the window began
   double window_reduce_seconds_ = 0.0;   // host time in gradient reduction (communication)
   double last_window_loss_ = 0.0;
+  double last_window_samples_per_s_ = 0.0;
 };
 
 /// Resolves "auto", "cpu", "cuda", "cuda:N"; throws OptionError naming the value.

@@ -4,7 +4,9 @@
 // from a per-sample FLOPs estimate the model provides), peak memory of the window (device
 // memory on CUDA, resident host memory on CPU) and, where NVML is present (loaded at run time),
 // the GPU's own utilisation. The Trainer itself logs samples/s and the data-wait /
-// communication / compute split of the step. Figures are this rank's.
+// communication / compute split of the step. tokens/s is the whole job's, like the Trainer's
+// samples/s (over the same window); TFLOP/s and MFU are per device; memory and utilisation are
+// this rank's.
 //
 //   // BERT: training FLOPs = 3 x forward (backward costs two forwards)
 //   trainer.add_policy(std::make_shared<frugal::ThroughputPolicy>(frugal::ThroughputOptions()
@@ -13,7 +15,6 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,18 +52,16 @@ class ThroughputPolicy : public Policy {
   ~ThroughputPolicy() override;
   std::string name() const override { return "throughput"; }
   void on_fit_begin(const Trainer& trainer) override;
-  void on_step_begin(StepContext& ctx) override;
   void collect_metrics(Metrics& metrics) override;
   /// The peak used for MFU, TFLOP/s per device (0 when unknown: MFU is then not logged).
   double peak_tflops() const { return peak_tflops_; }
 
  private:
   ThroughputOptions options_;
+  const Trainer* trainer_ = nullptr;
   torch::Device device_ = torch::kCPU;
   double peak_tflops_ = 0.0;
   std::unique_ptr<detail::NvmlDevice> nvml_;  // null without NVML
-  int64_t window_samples_ = 0;
-  std::chrono::steady_clock::time_point window_start_;
 };
 
 }  // namespace frugal
