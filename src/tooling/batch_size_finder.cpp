@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 
+#include "checkpoint/detail/durable_io.hpp"
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
@@ -55,8 +56,8 @@ nlohmann::json read_cache(const fs::path& file) {
 void write_cache(const fs::path& file, const nlohmann::json& cache) {
   if (!file.parent_path().empty()) fs::create_directories(file.parent_path());
   const fs::path temporary = file.string() + ".tmp";
-  std::ofstream(temporary) << cache.dump(1) << '\n';
-  fs::rename(temporary, file);  // readers see the old cache or the new one
+  detail::write_file_synced(temporary, cache.dump(1) + "\n");  // throws naming the file when the write fails
+  fs::rename(temporary, file);                                  // readers see the old cache or the new one
 }
 
 // One trial on `device`: the step's peak memory, or an out-of-memory error.
