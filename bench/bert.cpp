@@ -3,15 +3,21 @@
 //   transformers trained eagerly in Python with the same config, sequence length, batch, AdamW
 //   and thread count; 5 alternating rounds, medians (goal: Frugal's time <= 0.8x). With one thread
 //   both sides are timed in thread CPU time, which a busy machine does not inflate; with more, in
-//   wall time;
-// - gpu: BERT-large at sequence length 384 on one GPU, fp16 and bf16 against fp32, seq/s.
+//   wall time. With PADDING > 0 (the share of padded tokens: 0.54 in SQuAD v1.1's windows of 384)
+//   the sequences have real lengths evenly spread around (1 - PADDING) x SEQ; Hugging Face
+//   computes them padded, as its run_qa.py does by default, Frugal unpadded (the example's default);
+// - gpu: BERT-large at sequence length 384 on one GPU, fp16 and bf16 against fp32, seq/s; and
+//   bf16 on SQuAD-like padding (54%), unpadded against padded.
 //
-//   build/bench/frugal_bench_bert train-step build/bench/results.jsonl PYTHON [HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS]
+//   build/bench/frugal_bench_bert train-step build/bench/results.jsonl PYTHON [HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS PADDING]
 //   build/bench/frugal_bench_bert gpu build/bench/results.jsonl [BATCH STEPS]
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "bench_result.hpp"
 #include "frugal/frugal.hpp"
@@ -21,24 +27,36 @@ using frugal::bench::Result;
 
 namespace {
 
-// One fixed batch of random token ids, served for every index (the model is what is measured).
+// Real lengths evenly spread from about 0 to 2 (1 - padding) x seq (mean (1 - padding) x seq), each in [1, seq].
+std::vector<int64_t> spread_lengths(int64_t batch, int64_t seq, double padding) {
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < batch; ++i) {
+    const double length = (static_cast<double>(i) + 0.5) / static_cast<double>(batch) * 2 * (1 - padding) * static_cast<double>(seq);
+    lengths.push_back(std::clamp<int64_t>(std::llround(length), 1, seq));
+  }
+  return lengths;
+}
+
+// One fixed batch of random token ids, padded (id 0) after the given lengths, served for every
+// index (the model is what is measured).
 class RandomTokens : public frugal::Dataset {
  public:
-  RandomTokens(int64_t size, int64_t vocab, int64_t seq) : size_(size) {
+  RandomTokens(int64_t vocab, int64_t seq, const std::vector<int64_t>& lengths) : size_(static_cast<int64_t>(lengths.size())) {
     torch::Generator gen = at::detail::createCPUGenerator(0);
-    ids_ = torch::randint(1, vocab, {size, seq}, gen, torch::kInt64);
-    positions_ = torch::randint(0, seq, {size, 2}, gen, torch::kInt64);
+    mask_ = torch::arange(seq).unsqueeze(0).lt(torch::tensor(lengths).unsqueeze(1)).to(torch::kInt64);
+    ids_ = torch::randint(1, vocab, {size_, seq}, gen, torch::kInt64) * mask_;
+    positions_ = (torch::rand({size_, 2}, gen) * (torch::tensor(lengths).unsqueeze(1) - 1)).to(torch::kInt64);
   }
   int64_t size() const override { return size_; }
   frugal::Batch get_batch(const std::vector<int64_t>& indices) const override {
     const torch::Tensor at = torch::tensor(indices, torch::kInt64);
     const torch::Tensor ids = ids_.index_select(0, at);
-    return {ids, positions_.index_select(0, at), {{"token_type_ids", torch::zeros_like(ids)}, {"attention_mask", torch::ones_like(ids)}}};
+    return {ids, positions_.index_select(0, at), {{"token_type_ids", torch::zeros_like(ids)}, {"attention_mask", mask_.index_select(0, at)}}};
   }
 
  private:
   int64_t size_;
-  torch::Tensor ids_, positions_;
+  torch::Tensor ids_, mask_, positions_;
 };
 
 frugal::BertConfig config_of(int64_t hidden, int64_t layers, int64_t heads) {
@@ -51,10 +69,12 @@ frugal::BertConfig config_of(int64_t hidden, int64_t layers, int64_t heads) {
 }
 
 // Seconds of a fit of `steps` steps: thread CPU time with one LibTorch thread, else wall time.
-double fit_seconds(const frugal::BertConfig& config, int64_t seq, int64_t batch, int64_t steps, const std::string& device,
-                   frugal::Precision precision) {
+double fit_seconds(const frugal::BertConfig& config, int64_t seq, const std::vector<int64_t>& lengths, int64_t steps, const std::string& device,
+                   frugal::Precision precision, bool unpad) {
   torch::manual_seed(0);
   frugal::BertForQuestionAnswering net(config);
+  net->bert->set_unpad(unpad);
+  const auto batch = static_cast<int64_t>(lengths.size());
   frugal::Model model(net.ptr(), frugal::LossFn<frugal::BertForQuestionAnsweringImpl>([](frugal::BertForQuestionAnsweringImpl& n,
                                                                                          const frugal::Batch& b) {
                         auto [s, e] = n.forward(b.input, b.extra.at("token_type_ids"), b.extra.at("attention_mask"));
@@ -66,7 +86,7 @@ double fit_seconds(const frugal::BertConfig& config, int64_t seq, int64_t batch,
         const auto o = torch::optim::AdamWOptions(3e-5).eps(1e-6).weight_decay(0.01);
         return std::make_unique<frugal::FusedAdamW>(frugal::weight_decay_groups(m, o, frugal::is_bias_or_layer_norm), o);
       },
-      std::make_shared<RandomTokens>(batch, config.vocab_size, seq),
+      std::make_shared<RandomTokens>(config.vocab_size, seq, lengths),
       frugal::TrainerOptions().max_steps(steps).max_epochs(steps).device(device).run_dir("").log_every_n_steps(steps),
       frugal::DataLoaderOptions().batch_size(batch).shuffle(false));
   if (precision != frugal::Precision::fp32) {
@@ -79,23 +99,29 @@ double fit_seconds(const frugal::BertConfig& config, int64_t seq, int64_t batch,
 }
 
 int train_step(const std::string& results, const std::string& python, int64_t hidden, int64_t layers, int64_t heads, int64_t seq,
-               int64_t batch, int64_t steps, int64_t thread_count) {
+               int64_t batch, int64_t steps, int64_t thread_count, double padding) {
   if (thread_count > 0) torch::set_num_threads(static_cast<int>(thread_count));
+  if (padding < 0 || padding >= 1) throw std::invalid_argument(c10::str("PADDING must be in [0, 1), got ", padding));
   const int threads = static_cast<int>(torch::get_num_threads());
   const frugal::BertConfig config = config_of(hidden, layers, heads);
+  const std::vector<int64_t> lengths = padding > 0 ? spread_lengths(batch, seq, padding) : std::vector<int64_t>(batch, seq);
+  std::string length_list;
+  for (const int64_t length : lengths) length_list += c10::str(length_list.empty() ? "" : ",", length);
   const std::string command = c10::str(python, " ", FRUGAL_SOURCE_DIR, "/bench/bert_train_step.py ", hidden, " ", layers, " ", heads,
-                                       " ", seq, " ", batch, " ", steps, " ", threads);
+                                       " ", seq, " ", batch, " ", steps, " ", threads, " ", length_list);
   auto warm = [&] {  // steps warm steps: a (1 + steps)-step fit less a 1-step fit
-    return fit_seconds(config, seq, batch, steps + 1, "cpu", frugal::Precision::fp32) -
-           fit_seconds(config, seq, batch, 1, "cpu", frugal::Precision::fp32);
+    return fit_seconds(config, seq, lengths, steps + 1, "cpu", frugal::Precision::fp32, true) -
+           fit_seconds(config, seq, lengths, 1, "cpu", frugal::Precision::fp32, true);
   };
   const auto [ours, theirs] = frugal::bench::alternate(5, warm, [&] { return frugal::bench::python_seconds(command); }, "transformers");
   const double sequences = static_cast<double>(batch * steps);
+  const std::string padded = padding > 0 ? c10::str(" padding ", std::lround(100 * padding), "% (Frugal unpadded vs transformers padded)")
+                                          : " (Frugal Trainer vs transformers eager)";
   const Result r{c10::str("bert train step CPU hidden ", hidden, " layers ", layers, " seq ", seq, " batch ", batch, " ", threads,
-                          " threads (Frugal Trainer vs transformers eager)"),
+                          " threads", padded),
                  sequences / ours, "seq/s", sequences / theirs,
                  c10::str("build/bench/frugal_bench_bert train-step build/bench/results.jsonl ", python, " ", hidden, " ", layers, " ",
-                          heads, " ", seq, " ", batch, " ", steps, " ", threads)};
+                          heads, " ", seq, " ", batch, " ", steps, " ", threads, " ", padding)};
   frugal::bench::append(results, r);
   std::printf("%s: %.2f seq/s vs %.2f (time ratio %.3f; goal <= 0.8)\n", r.name.c_str(), r.value, r.baseline, 1.0 / r.ratio());
   return 0;
@@ -107,17 +133,24 @@ int gpu(const std::string& results, int64_t batch, int64_t steps) {
     return 0;
   }
   const frugal::BertConfig large = frugal::BertConfig::preset("large");
-  auto seq_per_s = [&](frugal::Precision p) {
-    const double t = fit_seconds(large, 384, batch, steps + 3, "cuda", p) - fit_seconds(large, 384, batch, 3, "cuda", p);
+  auto seq_per_s = [&](frugal::Precision p, const std::vector<int64_t>& lengths, bool unpad) {
+    const double t = fit_seconds(large, 384, lengths, steps + 3, "cuda", p, unpad) - fit_seconds(large, 384, lengths, 3, "cuda", p, unpad);
     return static_cast<double>(batch * steps) / t;
   };
-  const double fp32 = seq_per_s(frugal::Precision::fp32);
+  const std::string command = c10::str("build/bench/frugal_bench_bert gpu build/bench/results.jsonl ", batch, " ", steps);
+  const std::vector<int64_t> full(batch, 384);
+  const double fp32 = seq_per_s(frugal::Precision::fp32, full, false);
   for (const auto& [name, p] : {std::pair{"fp16", frugal::Precision::fp16}, std::pair{"bf16", frugal::Precision::bf16}}) {
     const Result r{c10::str("bert-large seq 384 batch ", batch, " ", name, " vs fp32 on ", torch::cuda::device_count(), " GPU(s)"),
-                   seq_per_s(p), "seq/s", fp32, c10::str("build/bench/frugal_bench_bert gpu build/bench/results.jsonl ", batch, " ", steps)};
+                   seq_per_s(p, full, false), "seq/s", fp32, command};
     frugal::bench::append(results, r);
     std::printf("%s: %.1f seq/s vs fp32 %.1f (x%.2f; goal >= 500 seq/s on an H200)\n", r.name.c_str(), r.value, r.baseline, r.ratio());
   }
+  const std::vector<int64_t> squad = spread_lengths(batch, 384, 0.54);  // SQuAD v1.1's share of padding at 384
+  const Result r{c10::str("bert-large seq 384 batch ", batch, " bf16 54% padding: unpadded vs padded"),
+                 seq_per_s(frugal::Precision::bf16, squad, true), "seq/s", seq_per_s(frugal::Precision::bf16, squad, false), command};
+  frugal::bench::append(results, r);
+  std::printf("%s: %.1f seq/s vs %.1f (x%.2f)\n", r.name.c_str(), r.value, r.baseline, r.ratio());
   return 0;
 }
 
@@ -128,13 +161,14 @@ int main(int argc, char** argv) {
   auto arg = [&](size_t i, int64_t fallback) { return a.size() > i ? std::stoll(a[i]) : fallback; };
   try {
     if (a.size() >= 3 && a[0] == "train-step") {
-      return train_step(a[1], a[2], arg(3, 256), arg(4, 4), arg(5, 4), arg(6, 128), arg(7, 16), arg(8, 5), arg(9, 0));
+      return train_step(a[1], a[2], arg(3, 256), arg(4, 4), arg(5, 4), arg(6, 128), arg(7, 16), arg(8, 5), arg(9, 0),
+                        a.size() > 10 ? std::stod(a[10]) : 0.0);
     }
     if (a.size() >= 2 && a[0] == "gpu") return gpu(a[1], arg(2, 32), arg(3, 20));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "frugal_bench_bert: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: frugal_bench_bert train-step RESULTS PYTHON [HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS] | gpu RESULTS [BATCH STEPS]\n");
+  std::fprintf(stderr, "usage: frugal_bench_bert train-step RESULTS PYTHON [HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS PADDING] | gpu RESULTS [BATCH STEPS]\n");
   return 2;
 }

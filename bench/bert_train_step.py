@@ -2,7 +2,10 @@
 BertForQuestionAnswering (SDPA attention) trained eagerly with the same config, sequence length,
 batch, optimizer and thread count as Frugal's run; STEPS steps timed after one untimed warm-up.
 
-  python bert_train_step.py HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS  -> {"seconds": ...}
+  python bert_train_step.py HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS [LENGTHS]  -> {"seconds": ...}
+
+LENGTHS: the sequences' real lengths, comma-separated (padded after them with id 0, attention
+mask 0); all SEQ without it.
 """
 import json
 import sys
@@ -12,7 +15,7 @@ import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
 
-def main(hidden, layers, heads, seq, batch, steps, threads):
+def main(hidden, layers, heads, seq, batch, steps, threads, lengths):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -24,10 +27,11 @@ def main(hidden, layers, heads, seq, batch, steps, threads):
     # Frugal's example uses frugal::FusedAdamW.
     opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=3e-5, eps=1e-6,
                             weight_decay=0.01, fused=True)
-    ids = torch.randint(1, 30522, (batch, seq))
+    mask = (torch.arange(seq).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
+    ids = torch.randint(1, 30522, (batch, seq)) * mask
     types = torch.zeros(batch, seq, dtype=torch.long)
-    mask = torch.ones(batch, seq, dtype=torch.long)
-    starts, ends = torch.randint(0, seq, (batch,)), torch.randint(0, seq, (batch,))
+    last = torch.tensor(lengths) - 1
+    starts, ends = (torch.rand(batch) * last).long(), (torch.rand(batch) * last).long()
     model.train()
     clock = time.thread_time if threads == 1 else time.perf_counter  # as the Frugal side
     start = clock()
@@ -43,4 +47,5 @@ def main(hidden, layers, heads, seq, batch, steps, threads):
 
 
 if __name__ == "__main__":
-    main(*[int(a) for a in sys.argv[1:8]])
+    args = [int(a) for a in sys.argv[1:8]]
+    main(*args, [int(n) for n in sys.argv[8].split(",")] if len(sys.argv) > 8 else [args[3]] * args[4])

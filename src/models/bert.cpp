@@ -163,17 +163,20 @@ void BertEmbeddingsImpl::reset() {
   word_grad_storage_ = std::make_shared<detail::GradStorage>();
 }
 
-torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids) {
-  const int64_t seq_len = input_ids.size(1);
-  if (seq_len > config_.max_position_embeddings) {
-    throw TrainingError(c10::str("BERT: sequence length ", seq_len, " exceeds max_position_embeddings ", config_.max_position_embeddings));
+torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& positions) {
+  torch::Tensor at = positions;
+  if (!at.defined()) {
+    const int64_t seq_len = input_ids.size(1);
+    if (seq_len > config_.max_position_embeddings) {
+      throw TrainingError(c10::str("BERT: sequence length ", seq_len, " exceeds max_position_embeddings ", config_.max_position_embeddings));
+    }
+    at = torch::arange(seq_len, input_ids.options().dtype(torch::kLong)).unsqueeze(0);
   }
-  const torch::Tensor positions = torch::arange(seq_len, input_ids.options().dtype(torch::kLong)).unsqueeze(0);
   const torch::Tensor& words = word_embeddings->weight;
   const torch::Tensor word_vectors = is_training() && words.device().is_cpu() && words.requires_grad()
                                          ? detail::reused_grad_embedding(words, input_ids, word_embeddings->options.padding_idx().value_or(-1), word_grad_storage_)
                                          : word_embeddings(input_ids);
-  torch::Tensor x = word_vectors + token_type_embeddings(token_type_ids) + position_embeddings(positions);
+  torch::Tensor x = word_vectors + token_type_embeddings(token_type_ids) + position_embeddings(at);
   return detail::dropout(LayerNorm(x), config_.hidden_dropout_prob, is_training());
 }
 
@@ -184,26 +187,31 @@ void BertSelfAttentionImpl::reset() {
   value = register_module("value", torch::nn::Linear(h, h));
 }
 
-torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
-  const int64_t n = hidden.size(0), s = hidden.size(1), heads = config_.num_attention_heads;
-  const int64_t d = config_.hidden_size / heads;
+torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const BertTokens& tokens) {
+  const int64_t n = tokens.batch, s = tokens.seq_len, heads = config_.num_attention_heads, h = config_.hidden_size;
+  const int64_t d = h / heads;
   // One matrix multiply for query, key and value (the weights keep Hugging Face's three names).
-  const torch::Tensor qkv = torch::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
-                                          torch::cat({query->bias, key->bias, value->bias}));
+  torch::Tensor qkv = torch::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
+                                    torch::cat({query->bias, key->bias, value->bias}));
   const double dropout = is_training() ? config_.attention_probs_dropout_prob : 0.0;
   // What SDPA's math path computes on the CPU in training, with the faster dropout: in fp32 without its copies.
   const bool cpu_training = dropout > 0 && hidden.device().is_cpu();
-  if (cpu_training && qkv.scalar_type() == torch::kFloat) return detail::cpu_attention(qkv, mask.view({n, s}), heads, dropout);
+  if (cpu_training && qkv.scalar_type() == torch::kFloat && tokens.cpu_spans) {
+    return detail::cpu_attention(qkv.view({-1, 3 * h}), *tokens.cpu_spans, heads, dropout).view(hidden.sizes());
+  }
+  // Otherwise on the padded batch, masked (unpadded tokens are put back in place around it).
+  if (tokens.unpadded()) qkv = torch::zeros({n * s, 3 * h}, qkv.options()).index_copy(0, tokens.index, qkv);
   const std::vector<torch::Tensor> parts = qkv.view({n, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // [N, heads, S, d]
   torch::Tensor context;
-  if (cpu_training) {  // under CPU autocast
+  if (cpu_training) {  // under CPU autocast, or a mask that is not a prefix
     torch::Tensor scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)).mul_(1.0 / std::sqrt(static_cast<double>(d)));
-    scores.masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    scores.masked_fill_(tokens.mask.logical_not(), -std::numeric_limits<double>::infinity());
     context = torch::matmul(detail::dropout(torch::softmax(scores, -1), dropout, true), parts[2]);
   } else {
-    context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], mask, dropout);
+    context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], tokens.mask, dropout);
   }
-  return context.transpose(1, 2).reshape({n, s, config_.hidden_size});
+  context = context.transpose(1, 2).reshape({n * s, h});
+  return tokens.unpadded() ? context.index_select(0, tokens.index) : context.view({n, s, h});
 }
 
 void BertResidualOutputImpl::reset() {
@@ -220,8 +228,8 @@ void BertAttentionImpl::reset() {
   output = register_module("output", BertResidualOutput(config_, config_.hidden_size));
 }
 
-torch::Tensor BertAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
-  return output(self(hidden, mask), hidden);
+torch::Tensor BertAttentionImpl::forward(const torch::Tensor& hidden, const BertTokens& tokens) {
+  return output(self(hidden, tokens), hidden);
 }
 
 void BertIntermediateImpl::reset() { dense = register_module("dense", torch::nn::Linear(config_.hidden_size, config_.intermediate_size)); }
@@ -234,8 +242,8 @@ void BertLayerImpl::reset() {
   output = register_module("output", BertResidualOutput(config_, config_.intermediate_size));
 }
 
-torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
-  const torch::Tensor attended = attention(hidden, mask);
+torch::Tensor BertLayerImpl::forward(const torch::Tensor& hidden, const BertTokens& tokens) {
+  const torch::Tensor attended = attention(hidden, tokens);
   return output(intermediate(attended), attended);
 }
 
@@ -244,8 +252,8 @@ void BertEncoderImpl::reset() {
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layer->push_back(BertLayer(config_));
 }
 
-torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const torch::Tensor& mask) {
-  for (const auto& module : *layer) hidden = module->as<BertLayerImpl>()->forward(hidden, mask);
+torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const BertTokens& tokens) {
+  for (const auto& module : *layer) hidden = module->as<BertLayerImpl>()->forward(hidden, tokens);
   return hidden;
 }
 
@@ -256,11 +264,48 @@ void BertModelImpl::reset() {
   init_like_hugging_face(*this, config_);
 }
 
+BertTokens BertModelImpl::tokens(const torch::Tensor& attention_mask) const {
+  BertTokens tokens;
+  tokens.batch = attention_mask.size(0);
+  tokens.seq_len = attention_mask.size(1);
+  const torch::Tensor real = attention_mask.to(torch::kBool);
+  tokens.mask = real.view({tokens.batch, 1, 1, tokens.seq_len});
+  const bool cpu_training = is_training() && attention_mask.device().is_cpu();
+  const torch::Tensor lengths = unpad_ ? real.sum(1).to(torch::kCPU) : torch::Tensor();  // one device sync
+  if (unpad_ && lengths.min().item<int64_t>() < tokens.seq_len) {
+    if (lengths.min().item<int64_t>() == 0) {
+      throw TrainingError(c10::str("BERT unpadding: attention_mask row ", lengths.argmin().item<int64_t>(), " has no real token"));
+    }
+    tokens.index = real.flatten().nonzero().squeeze(1);
+    if (cpu_training) {
+      const auto* length = lengths.const_data_ptr<int64_t>();
+      tokens.cpu_spans = std::make_shared<const detail::AttentionSpans>(
+          detail::packed_spans(std::vector<int64_t>(length, length + tokens.batch)));
+    }
+  } else if (cpu_training) {
+    if (auto spans = detail::padded_spans(real)) tokens.cpu_spans = std::make_shared<const detail::AttentionSpans>(std::move(*spans));
+  }
+  return tokens;
+}
+
+torch::Tensor BertModelImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const BertTokens& tokens) {
+  if (!tokens.unpadded()) return encoder(embeddings(input_ids, token_type_ids), tokens);
+  if (tokens.seq_len > config_.max_position_embeddings) {
+    throw TrainingError(c10::str("BERT: sequence length ", tokens.seq_len, " exceeds max_position_embeddings ", config_.max_position_embeddings));
+  }
+  const torch::Tensor& at = tokens.index;
+  return encoder(embeddings(input_ids.flatten().index_select(0, at), token_type_ids.flatten().index_select(0, at), at.remainder(tokens.seq_len)),
+                 tokens);
+}
+
 torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids,
                                      const torch::Tensor& attention_mask) {
-  // bool [N, 1, 1, S]: every query attends to the real tokens only.
-  const torch::Tensor mask = attention_mask.to(torch::kBool).view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
-  return encoder(embeddings(input_ids, token_type_ids), mask);
+  const BertTokens batch = tokens(attention_mask);
+  const torch::Tensor hidden = encode(input_ids, token_type_ids, batch);
+  if (!batch.unpadded()) return hidden;
+  return torch::zeros({batch.batch * batch.seq_len, hidden.size(-1)}, hidden.options())
+      .index_copy(0, batch.index, hidden)
+      .view({batch.batch, batch.seq_len, hidden.size(-1)});
 }
 
 void BertForQuestionAnsweringImpl::reset() {
@@ -274,8 +319,14 @@ void BertForQuestionAnsweringImpl::init_qa_head() { init_like_hugging_face(*qa_o
 std::pair<torch::Tensor, torch::Tensor> BertForQuestionAnsweringImpl::forward(const torch::Tensor& input_ids,
                                                                                const torch::Tensor& token_type_ids,
                                                                                const torch::Tensor& attention_mask) {
-  torch::Tensor logits = linear(qa_outputs, bert(input_ids, token_type_ids, attention_mask));
+  const BertTokens batch = bert->tokens(attention_mask);
+  torch::Tensor logits = linear(qa_outputs, bert->encode(input_ids, token_type_ids, batch));
   if (logits.scalar_type() != torch::kFloat64) logits = logits.to(torch::kFloat32);  // fp16/bf16 under autocast
+  if (batch.unpadded()) {  // padding: no probability
+    logits = torch::full({batch.batch * batch.seq_len, 2}, -std::numeric_limits<double>::infinity(), logits.options())
+                 .index_copy(0, batch.index, logits)
+                 .view({batch.batch, batch.seq_len, 2});
+  }
   auto parts = logits.split(1, -1);
   return {parts[0].squeeze(-1), parts[1].squeeze(-1)};
 }

@@ -23,6 +23,12 @@ awk -v f="$f1" 'BEGIN { exit !(f > 15) }' || fail "dev F1 $f1 <= 15"
 python3 -c "import json,sys; p=json.load(open('run/predictions.json')); assert len(p)==180 and all(isinstance(v,str) for v in p.values())" \
   || fail "predictions.json is not {id: answer text} for the 180 dev questions"
 
+grep -q "SQuAD windows: [0-9]*% padding (unpadded: not computed)" run.log || fail "unpadding is not the default"
+
+# Unpadding off: Hugging Face's padded computation, the same data.
+"$exe" "${common[@]}" --trainer.max_steps=3 --model.unpad=false --trainer.run_dir=padded > padded.log 2>&1 || fail "padded run: $(tail -3 padded.log)"
+grep -q "% padding (computed: model.unpad is off)" padded.log || fail "model.unpad=false was not applied"
+
 # Second run: features from the cache; bf16 autocast, accumulation, clipping, checkpoints.
 "$exe" "${common[@]}" --trainer.max_epochs=1 --trainer.run_dir=ck --precision.mode=bf16 --accumulation.steps=2 \
   --clipping.mode=norm --checkpoint.enabled=true > ck1.log 2>&1 || fail "policies run: $(tail -3 ck1.log)"

@@ -54,6 +54,34 @@ TEST_CASE("BERT QA matches Hugging Face transformers: names, eval logits, train 
     CHECK(relative_difference(params[name].grad(), ref.at("grad." + name)) < 1e-8);
   }
 
+  SECTION("unpadded: the real tokens' logits, and the loss and gradients with padding taking no probability") {
+    BertForQuestionAnswering unpadded = load_bert_for_qa(dir / "qa");
+    unpadded->bert->set_unpad(true);
+    unpadded->eval();
+    {
+      torch::NoGradGuard no_grad;
+      auto [start, end] = unpadded->forward(ids, types, mask);
+      const torch::Tensor real = mask.to(torch::kBool);
+      CHECK(relative_difference(start.masked_select(real), ref.at("start_logits").masked_select(real)) < 1e-5);
+      CHECK(relative_difference(end.masked_select(real), ref.at("end_logits").masked_select(real)) < 1e-5);
+      CHECK(torch::isneginf(start.masked_select(real.logical_not())).all().item<bool>());
+      // Hugging Face's logits at padding are finite: unpadding is opt-in.
+      CHECK(torch::isfinite(ref.at("start_logits")).all().item<bool>());
+    }
+    unpadded->to(torch::kFloat64);
+    unpadded->train();
+    auto [s, e] = unpadded->forward(ids, types, mask);
+    const torch::Tensor masked_loss = question_answering_loss(s, e, ref.at("start_positions"), ref.at("end_positions"));
+    CHECK(relative_difference(masked_loss.reshape({1}), ref.at("masked_loss")) < 1e-10);
+    CHECK(relative_difference(masked_loss.reshape({1}), ref.at("loss")) > 1e-6);  // the padded positions' share is gone
+    masked_loss.backward();
+    const auto unpadded_params = unpadded->named_parameters();
+    for (const auto& name : json["grads"].get<std::vector<std::string>>()) {
+      INFO(name);
+      CHECK(relative_difference(unpadded_params[name].grad(), ref.at("masked_grad." + name)) < 1e-8);
+    }
+  }
+
   // An encoder-only checkpoint (BertModel: no "bert." prefix, no QA head) loads the same encoder.
   BertForQuestionAnswering encoder_only = load_bert_for_qa(dir / "encoder");
   BertForQuestionAnswering full = load_bert_for_qa(dir / "qa");
@@ -126,4 +154,40 @@ TEST_CASE("BERT training on the CPU: the attention with dropout and the dropout 
   const torch::Tensor emb = dropped->bert->embeddings->forward(torch::randint(1, 60, {64, 128}), torch::zeros({64, 128}, torch::kLong));
   const double kept = emb.ne(0).to(torch::kDouble).mean().item<double>();
   CHECK(kept == Approx(0.7).margin(0.01));
+}
+
+TEST_CASE("BERT unpadded: training on the real tokens only computes what the padded model computes there", "[bert]") {
+  Seeded seeded;
+  BertConfig c = BertConfig::preset("tiny");
+  c.vocab_size = 60;
+  c.hidden_dropout_prob = 0.0;
+  c.attention_probs_dropout_prob = 1e-12;  // the CPU training attention, yet nothing dropped
+  BertForQuestionAnswering net(c);
+  const torch::Tensor ids = torch::randint(1, 60, {3, 20});
+  const torch::Tensor types = torch::zeros_like(ids);
+  torch::Tensor mask = torch::ones_like(ids);
+  mask.select(0, 1).narrow(0, 14, 6).zero_();
+  mask.select(0, 2).narrow(0, 3, 17).zero_();
+  const torch::Tensor real = mask.to(torch::kBool);
+  net->eval();
+  const auto [padded_start, padded_end] = net->forward(ids, types, mask);
+  net->bert->set_unpad(true);
+  for (const bool training : {true, false}) {  // the packed CPU attention, and the masked one around the padded batch
+    INFO("training " << training);
+    net->train(training);
+    const auto [start, end] = net->forward(ids, types, mask);
+    CHECK(torch::allclose(start.masked_select(real), padded_start.masked_select(real), 1e-5, 1e-6));
+    CHECK(torch::allclose(end.masked_select(real), padded_end.masked_select(real), 1e-5, 1e-6));
+    CHECK(torch::isneginf(start.masked_select(real.logical_not())).all().item<bool>());
+    const torch::Tensor hidden = net->bert->forward(ids, types, mask);
+    CHECK(hidden.select(0, 2).narrow(0, 3, 17).abs().sum().item<double>() == 0.0);  // zero rows at padding
+  }
+  net->train();  // gradients flow to every layer, through the packed attention
+  auto [start, end] = net->forward(ids, types, mask);
+  question_answering_loss(start, end, torch::tensor({3, 5, 1}), torch::tensor({4, 9, 2})).backward();
+  for (const auto& p : net->parameters()) CHECK(p.grad().defined());
+  CHECK(net->bert->encoder->named_parameters()["layer.0.attention.self.key.weight"].grad().abs().sum().item<double>() > 0);
+  // A row without a real token has no answer to give: an error, not a NaN loss.
+  mask.select(0, 0).zero_();
+  CHECK_THROWS_WITH(net->forward(ids, types, mask), Catch::Contains("attention_mask row 0 has no real token"));
 }

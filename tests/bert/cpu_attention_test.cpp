@@ -37,6 +37,38 @@ Run run(const torch::Tensor& qkv_values, const torch::Tensor& grad_out, F&& atte
   return {out.detach(), qkv.grad()};
 }
 
+// The CPU attention over a padded [N, S] batch, back in [N, S, hidden].
+torch::Tensor padded(const torch::Tensor& qkv, const torch::Tensor& real_tokens, double p) {
+  const auto spans = frugal::detail::padded_spans(real_tokens);
+  REQUIRE(spans.has_value());
+  return frugal::detail::cpu_attention(qkv.view({kBatch * kSeq, 3 * kHidden}), *spans, kHeads, p).view({kBatch, kSeq, kHidden});
+}
+
+// The CPU attention over the real tokens only, packed, put back in [N, S, hidden] with zeros at padding.
+torch::Tensor packed(const torch::Tensor& qkv, const torch::Tensor& real_tokens, double p) {
+  const torch::Tensor index = real_tokens.flatten().nonzero().squeeze(1);
+  const torch::Tensor lengths = real_tokens.sum(1);
+  const std::vector<int64_t> length(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + kBatch);
+  const torch::Tensor rows = frugal::detail::cpu_attention(qkv.view({kBatch * kSeq, 3 * kHidden}).index_select(0, index),
+                                                            frugal::detail::packed_spans(length), kHeads, p);
+  return torch::zeros({kBatch * kSeq, kHidden}).index_copy(0, index, rows).view({kBatch, kSeq, kHidden});
+}
+
+// The dropout multiplier the CPU attention applies, laid out as [N, heads, S, S]: its scores are
+// [heads, S, keys] per sequence, end to end, under one stream.
+torch::Tensor padded_keep(const torch::Tensor& real_tokens, const frugal::detail::DropoutStream& stream) {
+  const torch::Tensor lengths = real_tokens.sum(1);
+  const torch::Tensor flat = frugal::detail::apply_dropout(torch::ones({kHeads * kSeq * lengths.sum().item<int64_t>()}), stream);
+  torch::Tensor keep = torch::zeros({kBatch, kHeads, kSeq, kSeq});
+  int64_t at = 0;
+  for (int64_t i = 0; i < kBatch; ++i) {
+    const int64_t keys = lengths[i].item<int64_t>();
+    keep[i].narrow(2, 0, keys).copy_(flat.narrow(0, at, kHeads * kSeq * keys).view({kHeads, kSeq, keys}));
+    at += kHeads * kSeq * keys;
+  }
+  return keep;
+}
+
 }  // namespace
 
 TEST_CASE("CPU attention: output and gradient equal autograd's, with padding and dropout", "[bert]") {
@@ -45,27 +77,44 @@ TEST_CASE("CPU attention: output and gradient equal autograd's, with padding and
   const torch::Tensor grad_out = torch::randn({kBatch, kSeq, kHidden});
   torch::Tensor real = torch::ones({kBatch, kSeq}, torch::kBool);
   real[1].narrow(0, 13, 7).fill_(false);  // padding in the second sequence
+  real[2].narrow(0, 1, 19).fill_(false);  // and a sequence of one token
 
   SECTION("nothing dropped (p = 1e-12), with and without padding") {
     for (const torch::Tensor& tokens : {real, torch::ones({kBatch, kSeq}, torch::kBool)}) {
-      const Run ours = run(qkv, grad_out, [&](const torch::Tensor& x) { return frugal::detail::cpu_attention(x, tokens, kHeads, 1e-12); });
+      const Run ours = run(qkv, grad_out, [&](const torch::Tensor& x) { return padded(x, tokens, 1e-12); });
       const Run theirs = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, tokens, torch::ones({1})); });
       CHECK(torch::allclose(ours.out, theirs.out, 1e-5, 1e-6));
       CHECK(torch::allclose(ours.grad, theirs.grad, 1e-5, 1e-6));
     }
   }
+  SECTION("unpadded: the real tokens' output and every gradient equal the padded computation's") {
+    // Padded queries have no output when unpadded, so no gradient flows from them on either side.
+    const torch::Tensor real_grad_out = grad_out * real.unsqueeze(-1);
+    const Run ours = run(qkv, real_grad_out, [&](const torch::Tensor& x) { return packed(x, real, 1e-12); });
+    const Run theirs = run(qkv, real_grad_out, [&](const torch::Tensor& x) { return reference(x, real, torch::ones({1})); });
+    CHECK(torch::allclose(ours.out, theirs.out * real.unsqueeze(-1), 1e-5, 1e-6));
+    CHECK(torch::allclose(ours.grad, theirs.grad, 1e-5, 1e-6));
+    CHECK(ours.grad.abs().sum().item<double>() > 0);
+  }
   SECTION("p = 0.3: the same mask as the stream drawn from the same generator state, forward and backward") {
     torch::manual_seed(7);
-    const Run ours = run(qkv, grad_out, [&](const torch::Tensor& x) { return frugal::detail::cpu_attention(x, real, kHeads, 0.3); });
+    const Run ours = run(qkv, grad_out, [&](const torch::Tensor& x) { return padded(x, real, 0.3); });
     torch::manual_seed(7);
-    const frugal::detail::DropoutStream stream = frugal::detail::draw_dropout_stream(0.3);
-    const torch::Tensor keep = frugal::detail::apply_dropout(torch::ones({kBatch, kHeads, kSeq, kSeq}), stream);
-    CHECK(keep.eq(0).to(torch::kDouble).mean().item<double>() == Approx(0.3).margin(0.03));
+    const torch::Tensor keep = padded_keep(real, frugal::detail::draw_dropout_stream(0.3));
+    CHECK(keep.eq(0).to(torch::kDouble).mean().item<double>() > 0.2);
     const Run theirs = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, real, keep); });
     CHECK(torch::allclose(ours.out, theirs.out, 1e-5, 1e-6));
     CHECK(torch::allclose(ours.grad, theirs.grad, 1e-5, 1e-6));
     const Run no_dropout = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, real, torch::ones({1})); });
     CHECK_FALSE(torch::allclose(ours.out, no_dropout.out, 1e-3, 1e-3));
+  }
+  SECTION("a mask that is not a prefix, or a row with no token, is left to the masked path") {
+    torch::Tensor holes = torch::ones({kBatch, kSeq}, torch::kBool);
+    holes[0][4] = false;
+    CHECK_FALSE(frugal::detail::padded_spans(holes).has_value());
+    torch::Tensor empty_row = real.clone();
+    empty_row[2].fill_(false);
+    CHECK_FALSE(frugal::detail::padded_spans(empty_row).has_value());
   }
 }
 

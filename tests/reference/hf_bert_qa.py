@@ -3,7 +3,9 @@
   make DIR  saves a small randomly initialised model with save_pretrained into DIR/qa (with the QA
             head) and its encoder alone into DIR/encoder (BertModel: names without "bert."), and
             DIR/reference.safetensors: inputs (with padding), eval-mode start/end logits in fp32,
-            and in float64 train mode (dropout 0) the loss and the gradients of named parameters.
+            and in float64 train mode (dropout 0) the loss and the gradients of named parameters;
+            then the same with the logits at padding set to -inf (what Frugal's unpadded model
+            computes: padding takes no probability), as "masked_loss" and "masked_grad.<name>".
 """
 import json
 import sys
@@ -51,6 +53,17 @@ def make(out):
     for name, p in model.named_parameters():
         if name in GRADS:
             ref["grad." + name] = p.grad
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids, token_type_ids=token_types, attention_mask=mask)
+    padding = mask == 0
+    cross_entropy = torch.nn.functional.cross_entropy
+    masked_loss = (cross_entropy(logits.start_logits.masked_fill(padding, float("-inf")), starts) +
+                   cross_entropy(logits.end_logits.masked_fill(padding, float("-inf")), ends)) / 2
+    masked_loss.backward()
+    ref["masked_loss"] = masked_loss.detach().reshape(1)
+    for name, p in model.named_parameters():
+        if name in GRADS:
+            ref["masked_grad." + name] = p.grad
     save_file(ref, f"{out}/reference.safetensors")
     print(json.dumps({"grads": GRADS}))
 
