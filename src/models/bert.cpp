@@ -15,6 +15,7 @@
 #include "frugal/log.hpp"
 #include "models/detail/cpu_attention.hpp"
 #include "models/detail/dropout.hpp"
+#include "models/detail/flash_varlen_attention.hpp"
 #include "models/detail/reused_grad_embedding.hpp"
 
 namespace frugal {
@@ -199,6 +200,10 @@ torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const 
   if (cpu_training && qkv.scalar_type() == torch::kFloat && tokens.cpu_spans) {
     return detail::cpu_attention(qkv.view({-1, 3 * h}), *tokens.cpu_spans, heads, dropout).view(hidden.sizes());
   }
+  if (tokens.cu_seqlens.defined() && detail::flash_varlen_usable(qkv, heads)) {
+    const torch::Tensor context = detail::flash_varlen_attention(qkv, tokens.cu_seqlens, tokens.max_len, heads, dropout);
+    if (context.defined()) return context;
+  }
   // Otherwise on the padded batch, masked (unpadded tokens are put back in place around it).
   if (tokens.unpadded()) qkv = torch::zeros({n * s, 3 * h}, qkv.options()).index_copy(0, tokens.index, qkv);
   const std::vector<torch::Tensor> parts = qkv.view({n, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // [N, heads, S, d]
@@ -277,6 +282,10 @@ BertTokens BertModelImpl::tokens(const torch::Tensor& attention_mask) const {
       throw TrainingError(c10::str("BERT unpadding: attention_mask row ", lengths.argmin().item<int64_t>(), " has no real token"));
     }
     tokens.index = real.flatten().nonzero().squeeze(1);
+    if (!attention_mask.device().is_cpu()) {
+      tokens.cu_seqlens = torch::cat({torch::zeros({1}, torch::kLong), lengths.cumsum(0)}).to(attention_mask.device(), torch::kInt32);
+      tokens.max_len = lengths.max().item<int64_t>();
+    }
     if (cpu_training) {
       const auto* length = lengths.const_data_ptr<int64_t>();
       tokens.cpu_spans = std::make_shared<const detail::AttentionSpans>(

@@ -1,10 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <iostream>
+#include <optional>
 
 #include "frugal/errors.hpp"
 #include "frugal/io/safetensors.hpp"
 #include "frugal/models/bert.hpp"
+#include "models/detail/flash_varlen_attention.hpp"
 #include "support/fixtures.hpp"
 #include "support/python_reference.hpp"
 
@@ -17,6 +20,26 @@ namespace {
 double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() / b.to(torch::kFloat64).abs().max().clamp_min(1e-12))
       .item<double>();
+}
+
+// A tiny BERT (vocabulary 60) without hidden dropout.
+BertForQuestionAnswering tiny_bert(double attention_dropout) {
+  BertConfig c = BertConfig::preset("tiny");
+  c.vocab_size = 60;
+  c.hidden_dropout_prob = 0.0;
+  c.attention_probs_dropout_prob = attention_dropout;
+  return BertForQuestionAnswering(c);
+}
+
+struct PaddedBatch {
+  torch::Tensor ids, types, mask;
+};
+
+// Random token ids, each row padded (id 0, mask 0) after its length.
+PaddedBatch padded_batch(const std::vector<int64_t>& lengths, int64_t seq) {
+  const torch::Tensor mask = torch::arange(seq).unsqueeze(0).lt(torch::tensor(lengths).unsqueeze(1)).to(torch::kLong);
+  const torch::Tensor ids = torch::randint(1, 60, {static_cast<int64_t>(lengths.size()), seq}) * mask;
+  return {ids, torch::zeros_like(ids), mask};
 }
 
 }  // namespace
@@ -158,16 +181,8 @@ TEST_CASE("BERT training on the CPU: the attention with dropout and the dropout 
 
 TEST_CASE("BERT unpadded: training on the real tokens only computes what the padded model computes there", "[bert]") {
   Seeded seeded;
-  BertConfig c = BertConfig::preset("tiny");
-  c.vocab_size = 60;
-  c.hidden_dropout_prob = 0.0;
-  c.attention_probs_dropout_prob = 1e-12;  // the CPU training attention, yet nothing dropped
-  BertForQuestionAnswering net(c);
-  const torch::Tensor ids = torch::randint(1, 60, {3, 20});
-  const torch::Tensor types = torch::zeros_like(ids);
-  torch::Tensor mask = torch::ones_like(ids);
-  mask.select(0, 1).narrow(0, 14, 6).zero_();
-  mask.select(0, 2).narrow(0, 3, 17).zero_();
+  BertForQuestionAnswering net = tiny_bert(1e-12);  // the CPU training attention, yet nothing dropped
+  auto [ids, types, mask] = padded_batch({20, 14, 3}, 20);
   const torch::Tensor real = mask.to(torch::kBool);
   net->eval();
   const auto [padded_start, padded_end] = net->forward(ids, types, mask);
@@ -190,4 +205,44 @@ TEST_CASE("BERT unpadded: training on the real tokens only computes what the pad
   // A row without a real token has no answer to give: an error, not a NaN loss.
   mask.select(0, 0).zero_();
   CHECK_THROWS_WITH(net->forward(ids, types, mask), Catch::Contains("attention_mask row 0 has no real token"));
+}
+
+TEST_CASE("BERT on CUDA: SDPA's kernels equal the CPU, and unpadded equals padded at the real tokens, fp32 and bf16", "[bert][gpu]") {
+  if (!torch::cuda::is_available()) {
+    std::cout << "SKIPPED: no CUDA device on this machine (the GPU attention kernels)\n";
+    return;
+  }
+  Seeded seeded;
+  BertForQuestionAnswering net = tiny_bert(0.0);  // train mode is deterministic
+  auto [ids, types, mask] = padded_batch({64, 40, 64, 5}, 64);
+  const torch::Tensor real = mask.to(torch::kBool);
+  net->eval();
+  const auto [cpu_start, cpu_end] = net->forward(ids, types, mask);
+  net->to(torch::kCUDA);
+  const torch::Tensor ids_gpu = ids.cuda(), types_gpu = types.cuda(), mask_gpu = mask.cuda();
+  for (const bool bf16 : {false, true}) {
+    INFO("bf16 " << bf16);
+    std::optional<AutocastGuard> autocast;
+    if (bf16) autocast.emplace(torch::kCUDA, torch::kBFloat16);
+    const double tolerance = bf16 ? 3e-2 : 1e-4;
+    net->bert->set_unpad(false);
+    net->train();
+    const auto [start, end] = net->forward(ids_gpu, types_gpu, mask_gpu);
+    CHECK(relative_difference(start.cpu().masked_select(real), cpu_start.masked_select(real)) < tolerance);
+    CHECK(relative_difference(end.cpu().masked_select(real), cpu_end.masked_select(real)) < tolerance);
+    net->bert->set_unpad(true);
+    const auto [u_start, u_end] = net->forward(ids_gpu, types_gpu, mask_gpu);
+    CHECK(relative_difference(u_start.cpu().masked_select(real), cpu_start.masked_select(real)) < tolerance);
+    CHECK(torch::isneginf(u_start.cpu().masked_select(real.logical_not())).all().item<bool>());
+    question_answering_loss(u_start, u_end, torch::tensor({3, 5, 1, 2}).cuda(), torch::tensor({4, 9, 2, 3}).cuda()).backward();
+    const torch::Tensor grad = net->bert->encoder->named_parameters()["layer.0.attention.self.query.weight"].grad();
+    REQUIRE(grad.defined());
+    CHECK(torch::isfinite(grad).all().item<bool>());
+    CHECK(grad.abs().sum().item<double>() > 0);
+    net->zero_grad();
+  }
+  // bf16 took the varlen flash kernel (a refusal would have fallen back to padding, logged).
+  const BertConfig& c = net->config();
+  CHECK(frugal::detail::flash_varlen_usable(torch::empty({1, 3 * c.hidden_size}, torch::dtype(torch::kBFloat16).device(torch::kCUDA)),
+                                            c.num_attention_heads));
 }

@@ -69,6 +69,8 @@ struct BertTokens {
   torch::Tensor mask;   // bool [N, 1, 1, S], true = a real token (attended)
   torch::Tensor index;  // unpadded: int64 [T], the real tokens' positions in the flattened [N * S]
   std::shared_ptr<const detail::AttentionSpans> cpu_spans;  // for the CPU training attention; null: mask instead
+  torch::Tensor cu_seqlens;  // unpadded on a GPU: int32 [N + 1], the sequences' starts and the end (the flash kernel's)
+  int64_t max_len = 0;       // unpadded on a GPU: the longest sequence
   bool unpadded() const { return index.defined(); }
 };
 
