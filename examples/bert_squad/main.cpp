@@ -193,14 +193,15 @@ int run(int argc, char** argv) {
   const int64_t seq = s.features.max_seq_length;
   const torch::Tensor lengths = train->features().attention_mask.sum(1);
   const int64_t longest = lengths.argmax().item<int64_t>();
-  const double padding = 1.0 - lengths.to(torch::kDouble).mean().item<double>() / static_cast<double>(seq);
+  const double mean_length = lengths.to(torch::kDouble).mean().item<double>();
   double flops = 3 * net->config().forward_flops(seq), tokens = static_cast<double>(seq);
   if (m.unpad) {
     flops = 0;
     const auto length = lengths.accessor<int64_t, 1>();
     for (int64_t i = 0; i < length.size(0); ++i) flops += 3 * net->config().forward_flops(length[i]) / static_cast<double>(length.size(0));
-    tokens = lengths.to(torch::kDouble).mean().item<double>();
+    tokens = mean_length;
   }
+  const double padding = 1.0 - mean_length / static_cast<double>(seq);
   frugal::log::info(c10::str("SQuAD windows: ", static_cast<int>(padding * 100 + 0.5), "% padding",
                              m.unpad ? " (unpadded: not computed)" : " (computed: model.unpad is off)"));
   options.throughput.flops_per_sample(flops).tokens_per_sample(tokens);

@@ -51,6 +51,17 @@ void init_like_hugging_face(torch::nn::Module& module, const BertConfig& c) {
   for (auto& m : module.modules(/*include_self=*/false)) init(*m);
 }
 
+void check_seq_len(const BertConfig& c, int64_t seq_len) {
+  if (seq_len > c.max_position_embeddings) {
+    throw TrainingError(c10::str("BERT: sequence length ", seq_len, " exceeds max_position_embeddings ", c.max_position_embeddings));
+  }
+}
+
+// Unpadded rows [T, C] back at their places in the padded batch, [N * S, C], `fill` at padding.
+torch::Tensor padded_rows(const torch::Tensor& rows, const BertTokens& tokens, double fill) {
+  return torch::full({tokens.batch * tokens.seq_len, rows.size(-1)}, fill, rows.options()).index_copy(0, tokens.index, rows);
+}
+
 torch::Tensor activation(const torch::Tensor& x, const std::string& name) {
   if (name == "gelu") return torch::gelu(x);
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return torch::gelu(x, "tanh");
@@ -167,11 +178,8 @@ void BertEmbeddingsImpl::reset() {
 torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const torch::Tensor& positions) {
   torch::Tensor at = positions;
   if (!at.defined()) {
-    const int64_t seq_len = input_ids.size(1);
-    if (seq_len > config_.max_position_embeddings) {
-      throw TrainingError(c10::str("BERT: sequence length ", seq_len, " exceeds max_position_embeddings ", config_.max_position_embeddings));
-    }
-    at = torch::arange(seq_len, input_ids.options().dtype(torch::kLong)).unsqueeze(0);
+    check_seq_len(config_, input_ids.size(1));
+    at = torch::arange(input_ids.size(1), input_ids.options().dtype(torch::kLong)).unsqueeze(0);
   }
   const torch::Tensor& words = word_embeddings->weight;
   const torch::Tensor word_vectors = is_training() && words.device().is_cpu() && words.requires_grad()
@@ -205,7 +213,7 @@ torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const 
     if (context.defined()) return context;
   }
   // Otherwise on the padded batch, masked (unpadded tokens are put back in place around it).
-  if (tokens.unpadded()) qkv = torch::zeros({n * s, 3 * h}, qkv.options()).index_copy(0, tokens.index, qkv);
+  if (tokens.unpadded()) qkv = padded_rows(qkv, tokens, 0.0);
   const std::vector<torch::Tensor> parts = qkv.view({n, s, 3, heads, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // [N, heads, S, d]
   torch::Tensor context;
   if (cpu_training) {  // under CPU autocast, or a mask that is not a prefix
@@ -277,8 +285,9 @@ BertTokens BertModelImpl::tokens(const torch::Tensor& attention_mask) const {
   tokens.mask = real.view({tokens.batch, 1, 1, tokens.seq_len});
   const bool cpu_training = is_training() && attention_mask.device().is_cpu();
   const torch::Tensor lengths = unpad_ ? real.sum(1).to(torch::kCPU) : torch::Tensor();  // one device sync
-  if (unpad_ && lengths.min().item<int64_t>() < tokens.seq_len) {
-    if (lengths.min().item<int64_t>() == 0) {
+  const int64_t shortest = unpad_ ? lengths.min().item<int64_t>() : tokens.seq_len;
+  if (shortest < tokens.seq_len) {
+    if (shortest == 0) {
       throw TrainingError(c10::str("BERT unpadding: attention_mask row ", lengths.argmin().item<int64_t>(), " has no real token"));
     }
     tokens.index = real.flatten().nonzero().squeeze(1);
@@ -299,9 +308,7 @@ BertTokens BertModelImpl::tokens(const torch::Tensor& attention_mask) const {
 
 torch::Tensor BertModelImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids, const BertTokens& tokens) {
   if (!tokens.unpadded()) return encoder(embeddings(input_ids, token_type_ids), tokens);
-  if (tokens.seq_len > config_.max_position_embeddings) {
-    throw TrainingError(c10::str("BERT: sequence length ", tokens.seq_len, " exceeds max_position_embeddings ", config_.max_position_embeddings));
-  }
+  check_seq_len(config_, tokens.seq_len);
   const torch::Tensor& at = tokens.index;
   return encoder(embeddings(input_ids.flatten().index_select(0, at), token_type_ids.flatten().index_select(0, at), at.remainder(tokens.seq_len)),
                  tokens);
@@ -312,9 +319,7 @@ torch::Tensor BertModelImpl::forward(const torch::Tensor& input_ids, const torch
   const BertTokens batch = tokens(attention_mask);
   const torch::Tensor hidden = encode(input_ids, token_type_ids, batch);
   if (!batch.unpadded()) return hidden;
-  return torch::zeros({batch.batch * batch.seq_len, hidden.size(-1)}, hidden.options())
-      .index_copy(0, batch.index, hidden)
-      .view({batch.batch, batch.seq_len, hidden.size(-1)});
+  return padded_rows(hidden, batch, 0.0).view({batch.batch, batch.seq_len, hidden.size(-1)});
 }
 
 void BertForQuestionAnsweringImpl::reset() {
@@ -332,9 +337,7 @@ std::pair<torch::Tensor, torch::Tensor> BertForQuestionAnsweringImpl::forward(co
   torch::Tensor logits = linear(qa_outputs, bert->encode(input_ids, token_type_ids, batch));
   if (logits.scalar_type() != torch::kFloat64) logits = logits.to(torch::kFloat32);  // fp16/bf16 under autocast
   if (batch.unpadded()) {  // padding: no probability
-    logits = torch::full({batch.batch * batch.seq_len, 2}, -std::numeric_limits<double>::infinity(), logits.options())
-                 .index_copy(0, batch.index, logits)
-                 .view({batch.batch, batch.seq_len, 2});
+    logits = padded_rows(logits, batch, -std::numeric_limits<double>::infinity()).view({batch.batch, batch.seq_len, 2});
   }
   auto parts = logits.split(1, -1);
   return {parts[0].squeeze(-1), parts[1].squeeze(-1)};

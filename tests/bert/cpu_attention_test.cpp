@@ -59,6 +59,7 @@ torch::Tensor packed(const torch::Tensor& qkv, const torch::Tensor& real_tokens,
 torch::Tensor padded_keep(const torch::Tensor& real_tokens, const frugal::detail::DropoutStream& stream) {
   const torch::Tensor lengths = real_tokens.sum(1);
   const torch::Tensor flat = frugal::detail::apply_dropout(torch::ones({kHeads * kSeq * lengths.sum().item<int64_t>()}), stream);
+  CHECK(flat.eq(0).to(torch::kDouble).mean().item<double>() == Approx(stream.p).margin(0.03));
   torch::Tensor keep = torch::zeros({kBatch, kHeads, kSeq, kSeq});
   int64_t at = 0;
   for (int64_t i = 0; i < kBatch; ++i) {
