@@ -5,7 +5,9 @@
 //   both sides are timed in thread CPU time, which a busy machine does not inflate; with more, in
 //   wall time. With PADDING > 0 (the share of padded tokens: 0.54 in SQuAD v1.1's windows of 384)
 //   the sequences have real lengths evenly spread around (1 - PADDING) x SEQ; Hugging Face
-//   computes them padded, as its run_qa.py does by default, Frugal unpadded (the example's default);
+//   computes them padded, as its run_qa.py does by default, Frugal unpadded (the example's default).
+//   Without padding it also times Frugal's step with its linear layers on MKL (torch::linear's
+//   library) against oneDNN (Frugal's default on the CPU), 5 alternating rounds;
 // - gpu: BERT-large at sequence length 384 on one GPU, fp16 and bf16 against fp32, seq/s; and
 //   bf16 on SQuAD-like padding (54%), unpadded against padded.
 //
@@ -20,6 +22,7 @@
 #include <stdexcept>
 
 #include "bench_result.hpp"
+#include "interleaved.hpp"
 #include "frugal/frugal.hpp"
 #include "python_baseline.hpp"
 
@@ -124,6 +127,21 @@ int train_step(const std::string& results, const std::string& python, int64_t hi
                           heads, " ", seq, " ", batch, " ", steps, " ", threads, " ", padding)};
   frugal::bench::append(results, r);
   std::printf("%s: %.2f seq/s vs %.2f (time ratio %.3f; goal <= 0.8)\n", r.name.c_str(), r.value, r.baseline, 1.0 / r.ratio());
+  if (padding == 0) {  // how much of it is the linear layers' library: the same Frugal step with MKL's multiplies
+    const frugal::CpuGemm chosen = frugal::cpu_gemm();
+    auto with = [&](frugal::CpuGemm gemm) {
+      frugal::set_cpu_gemm(gemm);
+      return warm();
+    };
+    const frugal::bench::Comparison c = frugal::bench::compare_interleaved(
+        5, [&] { return with(frugal::CpuGemm::mkl); }, [&] { return with(frugal::CpuGemm::onednn); });
+    frugal::set_cpu_gemm(chosen);
+    const Result g{c10::str("bert train step CPU hidden ", hidden, " layers ", layers, " seq ", seq, " batch ", batch, " ", threads,
+                            " threads: linear layers on oneDNN vs MKL (both Frugal)"),
+                   sequences / c.candidate, "seq/s", sequences / c.baseline, r.command};
+    frugal::bench::append(results, g);
+    std::printf("%s: %.2f seq/s vs %.2f (time ratio %.3f)\n", g.name.c_str(), g.value, g.baseline, c.ratio);
+  }
   return 0;
 }
 

@@ -28,6 +28,7 @@ struct ModelOptions {
   bool lower_case = true;
   int64_t seed = 0;
   bool unpad = true;  // the encoder on the real tokens only (SQuAD windows are about half padding)
+  std::string cpu_gemm = frugal::to_string(frugal::cpu_gemm());
 };
 
 struct SquadOptions {
@@ -62,6 +63,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
   config.bind("model.unpad", m.unpad,
               "Run the encoder on the real tokens only (padding takes no compute and no answer probability); false = "
               "Hugging Face's padded computation");
+  config.bind("model.cpu_gemm", m.cpu_gemm, "Library for the linear layers' float32 multiplies on the CPU: onednn or mkl (torch::linear's)");
   config.bind("squad.train", s.train, "SQuAD v1.1 training file");
   config.bind("squad.dev", s.dev, "SQuAD v1.1 dev file: EM/F1 and predictions.json at the end; \"\" = none");
   config.bind("squad.max_seq_length", s.features.max_seq_length, "Tokens per window");
@@ -76,6 +78,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
   config.bind("optimizer.eps", o.eps, "AdamW epsilon");
   config.bind("optimizer.warmup_fraction", o.warmup_fraction, "Share of the steps spent warming up, then linear decay");
   config.bind("optimizer.fused", o.fused, "AdamW as one fused kernel (frugal::FusedAdamW); false = torch::optim::AdamW");
+  config.add_check("model", [&m] { frugal::parse_cpu_gemm(m.cpu_gemm, "model.cpu_gemm"); });
   config.add_check("squad", [&s] {
     if (s.features.max_seq_length < 8) throw frugal::OptionError("max_seq_length", "max_seq_length must be >= 8");
     if (s.features.doc_stride < 1) throw frugal::OptionError("doc_stride", "doc_stride must be >= 1");
@@ -158,6 +161,7 @@ int run(int argc, char** argv) {
                                                          net->config().vocab_size));
   }
   net->bert->set_unpad(m.unpad);
+  frugal::set_cpu_gemm(frugal::parse_cpu_gemm(m.cpu_gemm, "model.cpu_gemm"));
   auto forward = [](frugal::BertForQuestionAnsweringImpl& n, const frugal::Batch& b) {
     return n.forward(b.input, b.extra.at("token_type_ids"), b.extra.at("attention_mask"));
   };
@@ -204,6 +208,7 @@ int run(int argc, char** argv) {
   const double padding = 1.0 - mean_length / static_cast<double>(seq);
   frugal::log::info(c10::str("SQuAD windows: ", static_cast<int>(padding * 100 + 0.5), "% padding",
                              m.unpad ? " (unpadded: not computed)" : " (computed: model.unpad is off)"));
+  frugal::log::info(c10::str("float32 linear layers on the CPU through ", frugal::to_string(frugal::cpu_gemm()), " (model.cpu_gemm)"));
   options.throughput.flops_per_sample(flops).tokens_per_sample(tokens);
   frugal::add_policies(trainer, options, config.to_toml(),
                        frugal::repeat_example(train, longest, c10::str(lengths[longest].item<int64_t>(), " of ", seq, " tokens")));

@@ -38,6 +38,7 @@
 #include "frugal/io/safetensors.hpp"
 #include "frugal/log.hpp"
 #include "frugal/models/bert.hpp"
+#include "frugal/models/cpu_gemm.hpp"
 #include "frugal/models/resnet.hpp"
 #include "frugal/optim/fused_adamw.hpp"
 #include "frugal/policies/early_stopping.hpp"

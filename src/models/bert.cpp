@@ -14,6 +14,7 @@
 #include "frugal/io/safetensors.hpp"
 #include "frugal/log.hpp"
 #include "models/detail/cpu_attention.hpp"
+#include "models/detail/cpu_linear.hpp"
 #include "models/detail/dropout.hpp"
 #include "models/detail/flash_varlen_attention.hpp"
 #include "models/detail/reused_grad_embedding.hpp"
@@ -22,9 +23,10 @@ namespace frugal {
 namespace fs = std::filesystem;
 namespace {
 
-// aten::linear: on [N, S, H] inputs one addmm with the bias fused in. (torch::nn::Linear's C++
-// forward runs matmul, then adds the bias, and its gradient is summed, in separate passes.)
-torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) { return torch::linear(x, layer->weight, layer->bias); }
+// aten::linear's computation: on [N, S, H] inputs one multiply with the bias fused in (torch::nn::Linear's
+// C++ forward runs matmul, then adds the bias, and its gradient is summed, in separate passes), on
+// the CPU through oneDNN unless frugal::set_cpu_gemm chose MKL.
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) { return detail::linear(x, layer->weight, layer->bias); }
 
 torch::nn::LayerNorm layer_norm(const BertConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
@@ -200,8 +202,8 @@ torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const 
   const int64_t n = tokens.batch, s = tokens.seq_len, heads = config_.num_attention_heads, h = config_.hidden_size;
   const int64_t d = h / heads;
   // One matrix multiply for query, key and value (the weights keep Hugging Face's three names).
-  torch::Tensor qkv = torch::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
-                                    torch::cat({query->bias, key->bias, value->bias}));
+  torch::Tensor qkv = detail::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
+                                     torch::cat({query->bias, key->bias, value->bias}));
   const double dropout = is_training() ? config_.attention_probs_dropout_prob : 0.0;
   // What SDPA's math path computes on the CPU in training, with the faster dropout: in fp32 without its copies.
   const bool cpu_training = dropout > 0 && hidden.device().is_cpu();

@@ -24,10 +24,13 @@ python3 -c "import json,sys; p=json.load(open('run/predictions.json')); assert l
   || fail "predictions.json is not {id: answer text} for the 180 dev questions"
 
 grep -q "SQuAD windows: [0-9]*% padding (unpadded: not computed)" run.log || fail "unpadding is not the default"
+grep -q "float32 linear layers on the CPU through onednn" run.log || fail "oneDNN is not the CPU default"
 
-# Unpadding off: Hugging Face's padded computation, the same data.
-"$exe" "${common[@]}" --trainer.max_steps=3 --model.unpad=false --trainer.run_dir=padded > padded.log 2>&1 || fail "padded run: $(tail -3 padded.log)"
+# Unpadding off and MKL's multiplies: Hugging Face's padded computation, the same data.
+"$exe" "${common[@]}" --trainer.max_steps=3 --model.unpad=false --model.cpu_gemm=mkl --trainer.run_dir=padded > padded.log 2>&1 \
+  || fail "padded run: $(tail -3 padded.log)"
 grep -q "% padding (computed: model.unpad is off)" padded.log || fail "model.unpad=false was not applied"
+grep -q "float32 linear layers on the CPU through mkl" padded.log || fail "model.cpu_gemm=mkl was not applied"
 
 # Second run: features from the cache; bf16 autocast, accumulation, clipping, checkpoints.
 "$exe" "${common[@]}" --trainer.max_epochs=1 --trainer.run_dir=ck --precision.mode=bf16 --accumulation.steps=2 \
@@ -46,5 +49,7 @@ err=$("$exe" "${base[@]}" --squad.dev=bad.json --trainer.run_dir=bad 2>&1); rc=$
   || fail "malformed SQuAD: exit $rc: $err"
 err=$("$exe" "${common[@]}" --squad.max_seq_length=many 2>&1); rc=$?
 [ "$rc" -eq 2 ] && echo "$err" | grep -q "squad.max_seq_length" || fail "bad value: exit $rc: $err"
+err=$("$exe" "${common[@]}" --model.cpu_gemm=blas 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$err" | grep -q 'model.cpu_gemm must be "onednn" or "mkl", got "blas"' || fail "bad cpu_gemm: exit $rc: $err"
 set -e
 echo PASS

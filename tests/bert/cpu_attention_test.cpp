@@ -130,3 +130,30 @@ TEST_CASE("CPU dropout: the backward pass replays the forward mask", "[bert]") {
   CHECK(kept.to(torch::kDouble).mean().item<double>() == Approx(0.75).margin(0.04));
   CHECK(torch::equal(frugal::detail::dropout(x, 0.25, /*training=*/false), x));
 }
+
+TEST_CASE("CPU dropout: the mask is the documented hash of (seed, pair), for any thread count and block", "[bert]") {
+  Seeded seeded;
+  // Element 2k is kept when the low 32 bits of SplitMix64(seed + k) are >= p * 2^32, element 2k + 1 by its high bits.
+  auto splitmix64 = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const frugal::detail::DropoutStream stream{0x1234abcdull, 0.3};
+  const auto threshold = static_cast<uint32_t>(0.3 * 4294967296.0);
+  const int64_t n = 3 * (1 << 16) + 7;  // several parallel chunks and blocks, an odd tail
+  std::vector<float> expected(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t hash = splitmix64(stream.seed + static_cast<uint64_t>(i / 2));
+    const auto draw = static_cast<uint32_t>(i % 2 == 0 ? hash : hash >> 32);
+    expected[static_cast<size_t>(i)] = draw >= threshold ? 1.0f / 0.7f : 0.0f;
+  }
+  const torch::Tensor reference = torch::from_blob(expected.data(), {n}).clone();
+  for (const int threads : {1, 2}) {
+    torch::set_num_threads(threads);
+    CHECK(torch::equal(frugal::detail::apply_dropout(torch::ones({n}), stream), reference));
+    CHECK(torch::equal(frugal::detail::apply_dropout(torch::ones({n}, torch::kHalf), stream), reference.to(torch::kHalf)));
+  }
+  torch::set_num_threads(1);
+}

@@ -1,0 +1,18 @@
+#pragma once
+// torch::linear on the CPU through oneDNN (frugal::CpuGemm::onednn): the forward and both
+// backward matrix multiplies of a linear layer, on LibTorch's own dense tensors (no conversion to
+// oneDNN's layout), with at::linear's result and gradients. Anything else goes to torch::linear:
+// CUDA, dtypes other than float32, CPU autocast (which must see at::linear to cast it), and
+// multiplies too small to repay oneDNN's call (about 20 us against MKL's 1).
+
+#include <torch/types.h>
+
+namespace frugal::detail {
+
+/// Whether linear(x, weight, bias) takes oneDNN.
+bool onednn_linear_usable(const torch::Tensor& x, const torch::Tensor& weight);
+
+/// x [..., in] @ weight[out, in]^T + bias [out] (bias may be undefined).
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+}  // namespace frugal::detail
