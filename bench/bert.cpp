@@ -7,7 +7,8 @@
 //   the sequences have real lengths evenly spread around (1 - PADDING) x SEQ; Hugging Face
 //   computes them padded, as its run_qa.py does by default, Frugal unpadded (the example's default).
 //   Without padding it also times Frugal's step with its linear layers on MKL (torch::linear's
-//   library) against oneDNN (Frugal's default on the CPU), 5 alternating rounds;
+//   library) against oneDNN (Frugal's default on the CPU), and with the CPU memory cache off
+//   against on (the default), 5 alternating rounds each;
 // - gpu: BERT-large at sequence length 384 on one GPU, fp16 and bf16 against fp32, seq/s; and
 //   bf16 on SQuAD-like padding (54%), unpadded against padded.
 //
@@ -73,7 +74,7 @@ frugal::BertConfig config_of(int64_t hidden, int64_t layers, int64_t heads) {
 
 // Seconds of a fit of `steps` steps: thread CPU time with one LibTorch thread, else wall time.
 double fit_seconds(const frugal::BertConfig& config, int64_t seq, const std::vector<int64_t>& lengths, int64_t steps, const std::string& device,
-                   frugal::Precision precision, bool unpad) {
+                   frugal::Precision precision, bool unpad, bool cpu_memory_cache = true) {
   torch::manual_seed(0);
   frugal::BertForQuestionAnswering net(config);
   net->bert->set_unpad(unpad);
@@ -90,7 +91,8 @@ double fit_seconds(const frugal::BertConfig& config, int64_t seq, const std::vec
         return std::make_unique<frugal::FusedAdamW>(frugal::weight_decay_groups(m, o, frugal::is_bias_or_layer_norm), o);
       },
       std::make_shared<RandomTokens>(config.vocab_size, seq, lengths),
-      frugal::TrainerOptions().max_steps(steps).max_epochs(steps).device(device).run_dir("").log_every_n_steps(steps),
+      frugal::TrainerOptions().max_steps(steps).max_epochs(steps).device(device).run_dir("").log_every_n_steps(steps).cpu_memory_cache(
+          cpu_memory_cache),
       frugal::DataLoaderOptions().batch_size(batch).shuffle(false));
   if (precision != frugal::Precision::fp32) {
     trainer.add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(frugal::MixedPrecisionOptions().mode(precision)));
@@ -112,9 +114,9 @@ int train_step(const std::string& results, const std::string& python, int64_t hi
   for (const int64_t length : lengths) length_list += c10::str(length_list.empty() ? "" : ",", length);
   const std::string command = c10::str(python, " ", FRUGAL_SOURCE_DIR, "/bench/bert_train_step.py ", hidden, " ", layers, " ", heads,
                                        " ", seq, " ", batch, " ", steps, " ", threads, " ", length_list);
-  auto warm = [&] {  // steps warm steps: a (1 + steps)-step fit less a 1-step fit
-    return fit_seconds(config, seq, lengths, steps + 1, "cpu", frugal::Precision::fp32, true) -
-           fit_seconds(config, seq, lengths, 1, "cpu", frugal::Precision::fp32, true);
+  auto warm = [&](bool cpu_memory_cache = true) {  // steps warm steps: a (1 + steps)-step fit less a 1-step fit
+    return fit_seconds(config, seq, lengths, steps + 1, "cpu", frugal::Precision::fp32, true, cpu_memory_cache) -
+           fit_seconds(config, seq, lengths, 1, "cpu", frugal::Precision::fp32, true, cpu_memory_cache);
   };
   const auto [ours, theirs] = frugal::bench::alternate(5, warm, [&] { return frugal::bench::python_seconds(command); }, "transformers");
   const double sequences = static_cast<double>(batch * steps);
@@ -141,6 +143,13 @@ int train_step(const std::string& results, const std::string& python, int64_t hi
                    sequences / c.candidate, "seq/s", sequences / c.baseline, r.command};
     frugal::bench::append(results, g);
     std::printf("%s: %.2f seq/s vs %.2f (time ratio %.3f)\n", g.name.c_str(), g.value, g.baseline, c.ratio);
+    // And the CPU memory cache (trainer.cpu_memory_cache): the same Frugal step with it off.
+    const frugal::bench::Comparison m = frugal::bench::compare_interleaved(5, [&] { return warm(false); }, [&] { return warm(true); });
+    const Result k{c10::str("bert train step CPU hidden ", hidden, " layers ", layers, " seq ", seq, " batch ", batch, " ", threads,
+                            " threads: CPU memory cache on vs off (both Frugal)"),
+                   sequences / m.candidate, "seq/s", sequences / m.baseline, r.command};
+    frugal::bench::append(results, k);
+    std::printf("%s: %.2f seq/s vs %.2f (time ratio %.3f)\n", k.name.c_str(), k.value, k.baseline, m.ratio);
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include "frugal/config/config.hpp"
 #include "frugal/config/program.hpp"
 #include "frugal/config/standard_options.hpp"
+#include "frugal/core/cpu_memory_cache.hpp"
 #include "frugal/core/lr_schedule.hpp"
 #include "frugal/core/metrics_log.hpp"
 #include "frugal/core/model.hpp"

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <set>
 
+#include "frugal/core/cpu_memory_cache.hpp"
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
@@ -121,6 +122,19 @@ FitResult Trainer::fit() {
       if (open) log::remove_file_sink();
     }
   } close_sink{file_sink_open};
+  // The CPU memory cache, on for the fit if it is not on already, and emptied when the fit ends.
+  struct CpuMemoryCacheScope {
+    bool owned = false;
+    explicit CpuMemoryCacheScope(bool wanted) {
+      if (wanted && !cpu_memory_cache_enabled()) {
+        enable_cpu_memory_cache();
+        owned = cpu_memory_cache_enabled();
+      }
+    }
+    ~CpuMemoryCacheScope() {
+      if (owned) disable_cpu_memory_cache();
+    }
+  } cpu_memory_cache_scope{options_.cpu_memory_cache()};
   if (!options_.run_dir().empty()) {
     const std::filesystem::path run_dir(options_.run_dir());
     std::filesystem::create_directories(run_dir);

@@ -17,6 +17,7 @@
 #include "models/detail/cpu_linear.hpp"
 #include "models/detail/dropout.hpp"
 #include "models/detail/flash_varlen_attention.hpp"
+#include "models/detail/gelu.hpp"
 #include "models/detail/reused_grad_embedding.hpp"
 
 namespace frugal {
@@ -65,7 +66,7 @@ torch::Tensor padded_rows(const torch::Tensor& rows, const BertTokens& tokens, d
 }
 
 torch::Tensor activation(const torch::Tensor& x, const std::string& name) {
-  if (name == "gelu") return torch::gelu(x);
+  if (name == "gelu") return detail::gelu(x);
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return torch::gelu(x, "tanh");
   return torch::relu(x);
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "frugal/models/cpu_gemm.hpp"
 #include "models/detail/cpu_attention.hpp"
 #include "models/detail/dropout.hpp"
 #include "support/fixtures.hpp"
@@ -98,16 +99,31 @@ TEST_CASE("CPU attention: output and gradient equal autograd's, with padding and
     CHECK(ours.grad.abs().sum().item<double>() > 0);
   }
   SECTION("p = 0.3: the same mask as the stream drawn from the same generator state, forward and backward") {
-    torch::manual_seed(7);
-    const Run ours = run(qkv, grad_out, [&](const torch::Tensor& x) { return padded(x, real, 0.3); });
-    torch::manual_seed(7);
-    const torch::Tensor keep = padded_keep(real, frugal::detail::draw_dropout_stream(0.3));
-    CHECK(keep.eq(0).to(torch::kDouble).mean().item<double>() > 0.2);
-    const Run theirs = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, real, keep); });
+    // Without padding every sequence has the same length: all of them go through one batched
+    // multiply per product, with oneDNN or MKL; with padding, one sequence at a time.
+    const auto gemm = GENERATE(frugal::CpuGemm::onednn, frugal::CpuGemm::mkl);
+    const frugal::CpuGemm saved = frugal::cpu_gemm();
+    frugal::set_cpu_gemm(gemm);
+    for (const torch::Tensor& tokens : {real, torch::ones({kBatch, kSeq}, torch::kBool)}) {
+      torch::manual_seed(7);
+      const Run ours = run(qkv, grad_out, [&](const torch::Tensor& x) { return padded(x, tokens, 0.3); });
+      torch::manual_seed(7);
+      const torch::Tensor keep = padded_keep(tokens, frugal::detail::draw_dropout_stream(0.3));
+      CHECK(keep.eq(0).to(torch::kDouble).mean().item<double>() > 0.2);
+      const Run theirs = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, tokens, keep); });
+      CHECK(torch::allclose(ours.out, theirs.out, 1e-5, 1e-6));
+      CHECK(torch::allclose(ours.grad, theirs.grad, 1e-5, 1e-6));
+      const Run no_dropout = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, tokens, torch::ones({1})); });
+      CHECK_FALSE(torch::allclose(ours.out, no_dropout.out, 1e-3, 1e-3));
+    }
+    frugal::set_cpu_gemm(saved);
+  }
+  SECTION("sequences of one length packed end to end (the batched path) equal the padded computation") {
+    const torch::Tensor all = torch::ones({kBatch, kSeq}, torch::kBool);
+    const Run ours = run(qkv, grad_out, [&](const torch::Tensor& x) { return packed(x, all, 1e-12); });
+    const Run theirs = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, all, torch::ones({1})); });
     CHECK(torch::allclose(ours.out, theirs.out, 1e-5, 1e-6));
     CHECK(torch::allclose(ours.grad, theirs.grad, 1e-5, 1e-6));
-    const Run no_dropout = run(qkv, grad_out, [&](const torch::Tensor& x) { return reference(x, real, torch::ones({1})); });
-    CHECK_FALSE(torch::allclose(ours.out, no_dropout.out, 1e-3, 1e-3));
   }
   SECTION("a mask that is not a prefix, or a row with no token, is left to the masked path") {
     torch::Tensor holes = torch::ones({kBatch, kSeq}, torch::kBool);

@@ -30,6 +30,9 @@ struct TrainerOptions {
   TORCH_ARG(bool, halve_batch_on_oom) = false;
   /// Also write every metrics record as TensorBoard scalars under <run_dir>/tensorboard.
   TORCH_ARG(bool, tensorboard) = true;
+  /// During fit(), keep freed CPU tensor blocks for reuse instead of handing them back to the
+  /// system (frugal/core/cpu_memory_cache.hpp); fit() frees what the cache holds when it returns.
+  TORCH_ARG(bool, cpu_memory_cache) = true;
 
  public:  // TORCH_ARG leaves the struct in private:
   /// Throws OptionError naming the bad field and value.

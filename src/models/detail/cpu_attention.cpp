@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "cpu_linear.hpp"
 #include "dropout.hpp"
 
 namespace frugal::detail {
@@ -39,12 +40,37 @@ struct ScoreLayout {
   }
 };
 
+// The length of every sequence when all are packed end to end with the same length and no
+// padding (fixed-length batches), else 0.
+int64_t common_length(const AttentionSpans& spans, int64_t rows) {
+  const int64_t length = spans.queries.empty() ? 0 : spans.queries[0];
+  for (size_t i = 0; i < spans.offsets.size(); ++i) {
+    if (spans.queries[i] != length || spans.keys[i] != length || spans.offsets[i] != static_cast<int64_t>(i) * length) return 0;
+  }
+  return length * static_cast<int64_t>(spans.offsets.size()) == rows ? length : 0;
+}
+
+// [n * length, heads * d] rows as [n * heads, length, d], contiguous, and back. One copy each way
+// lets every sequence and head go through one batched multiply with dense operands, one shape
+// for oneDNN to build a kernel for (docs/bert.md has the timings).
+torch::Tensor to_heads(const torch::Tensor& rows, int64_t n, int64_t length, int64_t heads) {
+  return rows.view({n, length, heads, -1}).permute({0, 2, 1, 3}).reshape({n * heads, length, -1});
+}
+torch::Tensor to_rows(const torch::Tensor& by_head, int64_t n, int64_t length, int64_t heads) {
+  return by_head.view({n, heads, length, -1}).permute({0, 2, 1, 3}).reshape({n * length, -1});
+}
+
 class CpuAttention : public torch::autograd::Function<CpuAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, const AttentionSpans& spans, int64_t heads, double p) {
     const torch::Tensor qkv = qkv_in.contiguous();
     const int64_t hidden = qkv.size(1) / 3;
     const double scale = 1.0 / std::sqrt(static_cast<double>(hidden / heads));
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["p"] = p;
+    if (const int64_t length = common_length(spans, qkv.size(0)); length > 0) {
+      return forward_batched(ctx, qkv, static_cast<int64_t>(spans.offsets.size()), length, heads, scale, p);
+    }
     const ScoreLayout layout(spans, heads);
     const size_t n = spans.offsets.size();
     // Scores = scale * Q K^T over the sequence's own keys, one batched multiply per sequence.
@@ -66,9 +92,7 @@ class CpuAttention : public torch::autograd::Function<CpuAttention> {
       at::bmm_out(out, layout.of(dropped, spans, i, heads), heads_of(qkv, spans.offsets[i], spans.keys[i], 2, heads));
     }
     ctx->save_for_backward({qkv, probs, dropped});
-    ctx->saved_data["heads"] = heads;
     ctx->saved_data["seed"] = static_cast<int64_t>(stream.seed);
-    ctx->saved_data["p"] = p;
     ctx->saved_data["offsets"] = spans.offsets;
     ctx->saved_data["queries"] = spans.queries;
     ctx->saved_data["keys"] = spans.keys;
@@ -80,6 +104,7 @@ class CpuAttention : public torch::autograd::Function<CpuAttention> {
     const torch::Tensor &qkv = saved[0], &probs = saved[1], &dropped = saved[2];
     const int64_t heads = ctx->saved_data["heads"].toInt();
     const DropoutStream stream{static_cast<uint64_t>(ctx->saved_data["seed"].toInt()), ctx->saved_data["p"].toDouble()};
+    if (ctx->saved_data.count("length") > 0) return backward_batched(ctx, grads[0]);
     const AttentionSpans spans{ctx->saved_data["offsets"].toIntVector(), ctx->saved_data["queries"].toIntVector(),
                                ctx->saved_data["keys"].toIntVector()};
     const int64_t hidden = qkv.size(1) / 3;
@@ -113,6 +138,55 @@ class CpuAttention : public torch::autograd::Function<CpuAttention> {
       at::baddbmm_out(grad_query, grad_query, grad_scores_i, heads_of(qkv, at, k, 1, heads), 0.0, scale);
       at::baddbmm_out(grad_key, grad_key, grad_scores_i.transpose(1, 2), heads_of(qkv, at, q, 0, heads), 0.0, scale);
     }
+    return {grad_qkv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  // n sequences of `length` rows each: the same math in one batched multiply per product. The
+  // scores are laid out as the per-sequence path lays them out ([n, heads, length, length]), so
+  // the dropout mask is the same.
+  static torch::Tensor forward_batched(AutogradContext* ctx, const torch::Tensor& qkv, int64_t n, int64_t length, int64_t heads,
+                                       double scale, double p) {
+    const int64_t hidden = qkv.size(1) / 3;
+    // [3, n * heads, length, d]: query, key and value by head.
+    const torch::Tensor by_head =
+        qkv.view({n, length, 3, heads, -1}).permute({2, 0, 3, 1, 4}).reshape({3, n * heads, length, hidden / heads});
+    const torch::Tensor query = by_head[0], key = by_head[1], value = by_head[2];
+    torch::Tensor scores = torch::empty({n * heads, length, length}, qkv.options());
+    batched_multiply(query, key.transpose(1, 2), scores, scale);
+    const torch::Tensor probs = at::_softmax(scores, -1, false);
+    scores.reset();
+    const DropoutStream stream = draw_dropout_stream(p);
+    const torch::Tensor dropped = apply_dropout(probs, stream);
+    torch::Tensor context = torch::empty_like(query);
+    batched_multiply(dropped, value, context);
+    context = to_rows(context, n, length, heads);
+    ctx->save_for_backward({by_head, probs, dropped});
+    ctx->saved_data["seed"] = static_cast<int64_t>(stream.seed);
+    ctx->saved_data["length"] = length;
+    return context;
+  }
+
+  static variable_list backward_batched(AutogradContext* ctx, const torch::Tensor& grad) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &by_head = saved[0], &probs = saved[1], &dropped = saved[2];
+    const int64_t heads = ctx->saved_data["heads"].toInt(), length = ctx->saved_data["length"].toInt();
+    const int64_t n = by_head.size(1) / heads, d = by_head.size(3);
+    const DropoutStream stream{static_cast<uint64_t>(ctx->saved_data["seed"].toInt()), ctx->saved_data["p"].toDouble()};
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const torch::Tensor grad_context = to_heads(grad.contiguous(), n, length, heads);
+    torch::Tensor grad_by_head = torch::empty_like(by_head);
+    // dV = P_dropped^T dC, dP_dropped = dC V^T; through the dropout and the softmax; dQ = scale dS K, dK = scale dS^T Q.
+    batched_multiply(dropped.transpose(1, 2), grad_context, grad_by_head[2]);
+    torch::Tensor grad_dropped = torch::empty_like(probs);
+    batched_multiply(grad_context, by_head[2].transpose(1, 2), grad_dropped);
+    const torch::Tensor grad_probs = apply_dropout(grad_dropped, stream);
+    grad_dropped.reset();
+    const torch::Tensor grad_scores = at::_softmax_backward_data(grad_probs, probs, -1, probs.scalar_type());
+    batched_multiply(grad_scores, by_head[1], grad_by_head[0], scale);
+    batched_multiply(grad_scores.transpose(1, 2), by_head[0], grad_by_head[1], scale);
+    // Back to the projection's layout, [n * length, 3 * hidden].
+    const torch::Tensor grad_qkv = grad_by_head.view({3, n, heads, length, d}).permute({1, 3, 0, 2, 4}).reshape({n * length, 3 * heads * d});
     return {grad_qkv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

@@ -98,6 +98,15 @@ bool onednn_linear_usable(const torch::Tensor& x, const torch::Tensor& weight) {
   return x.numel() * weight.size(0) >= kMinMultiplyAdds;
 }
 
+void batched_multiply(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& out, double alpha) {
+  const bool all_float = a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && out.scalar_type() == torch::kFloat;
+  if (cpu_gemm() == CpuGemm::onednn && all_float && a.device().is_cpu() && !at::autocast::is_autocast_enabled(at::kCPU)) {
+    at::native::mkldnn_matmul(a, b, out, 0.0f, static_cast<float>(alpha));
+  } else {
+    at::baddbmm_out(const_cast<torch::Tensor&>(out), out, a, b, 0.0, alpha);  // beta 0: out's contents are ignored
+  }
+}
+
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   const bool bias_ok = !bias.defined() || (bias.scalar_type() == torch::kFloat && bias.device().is_cpu());
   if (!bias_ok || !onednn_linear_usable(x, weight)) return torch::linear(x, weight, bias);

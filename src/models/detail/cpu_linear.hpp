@@ -15,4 +15,9 @@ bool onednn_linear_usable(const torch::Tensor& x, const torch::Tensor& weight);
 /// x [..., in] @ weight[out, in]^T + bias [out] (bias may be undefined).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
+/// out = alpha * a @ b for batches of matrices ([batch, m, k] @ [batch, k, n], each dense or with
+/// its last two dimensions transposed), through oneDNN when it is chosen and all are float32,
+/// else at::baddbmm (MKL). For batches whose shapes repeat: oneDNN builds a kernel per shape.
+void batched_multiply(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& out, double alpha = 1.0);
+
 }  // namespace frugal::detail
