@@ -91,8 +91,13 @@ double fit_seconds(const frugal::BertConfig& config, int64_t seq, const std::vec
         return std::make_unique<frugal::FusedAdamW>(frugal::weight_decay_groups(m, o, frugal::is_bias_or_layer_norm), o);
       },
       std::make_shared<RandomTokens>(config.vocab_size, seq, lengths),
-      frugal::TrainerOptions().max_steps(steps).max_epochs(steps).device(device).run_dir("").log_every_n_steps(steps).cpu_memory_cache(
-          cpu_memory_cache),
+      frugal::TrainerOptions()
+          .max_steps(steps)
+          .max_epochs(steps)
+          .device(device)
+          .run_dir("")
+          .log_every_n_steps(steps)
+          .cpu_memory_cache(cpu_memory_cache),
       frugal::DataLoaderOptions().batch_size(batch).shuffle(false));
   if (precision != frugal::Precision::fp32) {
     trainer.add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(frugal::MixedPrecisionOptions().mode(precision)));
