@@ -4,6 +4,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <optional>
 
 #include "frugal/models/cpu_gemm.hpp"
@@ -91,16 +93,25 @@ class OnednnLinear : public torch::autograd::Function<OnednnLinear> {
 
 }  // namespace
 
+namespace {
+
+// oneDNN is chosen and every operand is a float32 CPU tensor, outside CPU autocast (which must
+// see the ATen call to cast it).
+bool onednn_applies(std::initializer_list<const torch::Tensor*> operands) {
+  if (cpu_gemm() != CpuGemm::onednn || at::autocast::is_autocast_enabled(at::kCPU)) return false;
+  return std::all_of(operands.begin(), operands.end(),
+                     [](const torch::Tensor* t) { return t->device().is_cpu() && t->scalar_type() == torch::kFloat; });
+}
+
+}  // namespace
+
 bool onednn_linear_usable(const torch::Tensor& x, const torch::Tensor& weight) {
-  if (cpu_gemm() != CpuGemm::onednn || !x.device().is_cpu() || !weight.device().is_cpu()) return false;
-  if (x.scalar_type() != torch::kFloat || weight.scalar_type() != torch::kFloat || x.dim() < 1 || weight.dim() != 2) return false;
-  if (at::autocast::is_autocast_enabled(at::kCPU)) return false;
+  if (!onednn_applies({&x, &weight}) || x.dim() < 1 || weight.dim() != 2) return false;
   return x.numel() * weight.size(0) >= kMinMultiplyAdds;
 }
 
 void batched_multiply(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& out, double alpha) {
-  const bool all_float = a.scalar_type() == torch::kFloat && b.scalar_type() == torch::kFloat && out.scalar_type() == torch::kFloat;
-  if (cpu_gemm() == CpuGemm::onednn && all_float && a.device().is_cpu() && !at::autocast::is_autocast_enabled(at::kCPU)) {
+  if (onednn_applies({&a, &b, &out})) {
     at::native::mkldnn_matmul(a, b, out, 0.0f, static_cast<float>(alpha));
   } else {
     at::baddbmm_out(const_cast<torch::Tensor&>(out), out, a, b, 0.0, alpha);  // beta 0: out's contents are ignored
