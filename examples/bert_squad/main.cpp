@@ -29,6 +29,8 @@ struct ModelOptions {
   int64_t seed = 0;
   bool unpad = true;  // the encoder on the real tokens only (SQuAD windows are about half padding)
   std::string cpu_gemm = frugal::to_string(frugal::cpu_gemm());
+  std::string activation_checkpointing = "off";  // off | full | every:K | attention
+  bool activation_offload = false;
 };
 
 struct SquadOptions {
@@ -64,6 +66,10 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
               "Run the encoder on the real tokens only (padding takes no compute and no answer probability); false = "
               "Hugging Face's padded computation");
   config.bind("model.cpu_gemm", m.cpu_gemm, "Library for the linear layers' float32 multiplies on the CPU: onednn or mkl (torch::linear's)");
+  config.bind("model.activation_checkpointing", m.activation_checkpointing,
+              "Recompute activations in backward instead of keeping them: off, full (every encoder layer), every:K (layers 0, "
+              "K, 2K...), attention (each layer's attention core: scores, softmax, dropout); full costs about one extra forward");
+  config.bind("model.activation_offload", m.activation_offload, "On CUDA: checkpointed layers' inputs wait in pinned host memory");
   config.bind("squad.train", s.train, "SQuAD v1.1 training file");
   config.bind("squad.dev", s.dev, "SQuAD v1.1 dev file: EM/F1 and predictions.json at the end; \"\" = none");
   config.bind("squad.max_seq_length", s.features.max_seq_length, "Tokens per window");
@@ -78,7 +84,12 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
   config.bind("optimizer.eps", o.eps, "AdamW epsilon");
   config.bind("optimizer.warmup_fraction", o.warmup_fraction, "Share of the steps spent warming up, then linear decay");
   config.bind("optimizer.fused", o.fused, "AdamW as one fused kernel (frugal::FusedAdamW); false = torch::optim::AdamW");
-  config.add_check("model", [&m] { frugal::parse_cpu_gemm(m.cpu_gemm, "model.cpu_gemm"); });
+  config.add_check("model", [&m] {
+    frugal::parse_cpu_gemm(m.cpu_gemm, "model.cpu_gemm");
+    if (frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing").scope == frugal::CheckpointScope::stage) {
+      throw frugal::OptionError("model.activation_checkpointing", "model.activation_checkpointing: stage is ResNet's; BERT takes off, full, every:K or attention");
+    }
+  });
   config.add_check("squad", [&s] {
     if (s.features.max_seq_length < 8) throw frugal::OptionError("max_seq_length", "max_seq_length must be >= 8");
     if (s.features.doc_stride < 1) throw frugal::OptionError("doc_stride", "doc_stride must be >= 1");
@@ -161,6 +172,12 @@ int run(int argc, char** argv) {
                                                          net->config().vocab_size));
   }
   net->bert->set_unpad(m.unpad);
+  frugal::ActivationCheckpointing recompute = frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing");
+  recompute.offload = m.activation_offload;
+  net->bert->encoder->set_activation_checkpointing(recompute);
+  if (recompute.enabled()) {
+    frugal::log::info("activation checkpointing: " + recompute.to_string() + (recompute.offload ? ", inputs offloaded to host memory" : ""));
+  }
   frugal::set_cpu_gemm(frugal::parse_cpu_gemm(m.cpu_gemm, "model.cpu_gemm"));
   auto forward = [](frugal::BertForQuestionAnsweringImpl& n, const frugal::Batch& b) {
     return n.forward(b.input, b.extra.at("token_type_ids"), b.extra.at("attention_mask"));

@@ -28,6 +28,8 @@ struct ModelOptions {
   std::string weights;                 // safetensors to start from ("" = random init)
   std::string export_path;             // write the final weights here as safetensors
   int64_t seed = 0;
+  std::string activation_checkpointing = "off";  // off | full | every:K | stage
+  bool activation_offload = false;
 };
 
 struct OptimizerOptions {
@@ -68,6 +70,10 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
   config.bind("model.weights", m.weights, "safetensors weights to start from (torchvision names); \"\" = random");
   config.bind("model.export", m.export_path, "Write the final weights here as safetensors; \"\" = don't");
   config.bind("model.seed", m.seed, "Seed of the initial weights");
+  config.bind("model.activation_checkpointing", m.activation_checkpointing,
+              "Recompute activations in backward instead of keeping them: off, full (every residual block), every:K "
+              "(blocks 0, K, 2K...), stage (each of the four stages as one segment); about one extra forward pass of time");
+  config.bind("model.activation_offload", m.activation_offload, "On CUDA: checkpointed segments' inputs wait in pinned host memory");
   config.bind("optimizer.lr", o.lr, "SGD learning rate at the end of warm-up");
   config.bind("optimizer.momentum", o.momentum, "SGD momentum");
   config.bind("optimizer.nesterov", o.nesterov, "Nesterov momentum");
@@ -100,6 +106,9 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
     if (o.warmup_epochs < 0) throw frugal::OptionError("warmup_epochs", c10::str("warmup_epochs must be >= 0, got ", o.warmup_epochs));
   });
   config.add_check("model", [&m] {
+    if (frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing").scope == frugal::CheckpointScope::attention) {
+      throw frugal::OptionError("model.activation_checkpointing", "model.activation_checkpointing: attention is BERT's; ResNet takes off, full, every:K or stage");
+    }
     if (m.base_channels < 1) throw frugal::OptionError("base_channels", c10::str("base_channels must be >= 1, got ", m.base_channels));
   });
   config.add_check("images", [&d] {
@@ -145,6 +154,12 @@ int run(int argc, char** argv) {
   const bool channels_last = m.channels_last == "true" || (m.channels_last == "auto" && device.is_cuda());
   const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   if (channels_last) frugal::to_memory_format(*net, format);
+  frugal::ActivationCheckpointing recompute = frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing");
+  recompute.offload = m.activation_offload;
+  net->set_activation_checkpointing(recompute);
+  if (recompute.enabled()) {
+    frugal::log::info("activation checkpointing: " + recompute.to_string() + (recompute.offload ? ", inputs offloaded to host memory" : ""));
+  }
 
   const double smoothing = o.label_smoothing;
   frugal::Model model(

@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <csignal>
+#include <functional>
 #include <set>
 
 #include "frugal/checkpoint/preemption.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/distributed/communicator.hpp"
+#include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -38,6 +40,8 @@ CheckpointPolicy::CheckpointPolicy(CheckpointOptions options, std::string config
 
 CheckpointPolicy::~CheckpointPolicy() {
   // A fit that threw leaves a write in flight: let it finish, so the directory stays consistent.
+  // (An unpublished sharded write stays a .tmp folder, removed at the next start.)
+  if (shard_write_ && shard_write_->files.valid()) shard_write_->files.wait();
   if (pending_.valid()) {
     try {
       pending_.get();
@@ -48,6 +52,40 @@ CheckpointPolicy::~CheckpointPolicy() {
 }
 
 namespace {
+// The largest of each value across ranks: one collective, on the training device (NCCL reduces
+// only CUDA tensors).
+std::vector<int64_t> max_across_ranks(const Trainer& trainer, const std::vector<int64_t>& values) {
+  if (trainer.world_size() == 1) return values;
+  std::vector<torch::Tensor> t{torch::tensor(values, torch::kLong).to(trainer.device())};
+  trainer.communicator().all_reduce(t, ReduceOp::max);
+  const torch::Tensor host = t[0].cpu();
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
+}
+
+// The files of `info` this rank reads when resuming: all of an unsharded checkpoint; of a sharded
+// one the common files and the shards whose ranges overlap this rank's (all of them when this run
+// is not sharded).
+std::function<bool(const std::string&)> files_read_by(const CheckpointStore& store, const CheckpointInfo& info,
+                                                      const Trainer& trainer) {
+  const auto theirs = store.sharding_of(info);
+  if (!theirs) return nullptr;
+  const auto& shards = trainer.optimizer_shards();
+  std::set<std::string> needed;
+  for (int64_t q = 0; q < theirs->world_size; ++q) {
+    bool overlaps = !shards;
+    if (shards) {
+      for (const auto& mine : shards->info()->pieces.at(static_cast<size_t>(trainer.rank()))) {
+        for (const auto& p : theirs->pieces[static_cast<size_t>(q)]) {
+          overlaps = overlaps || (p.param == mine.param && std::max(p.begin, mine.begin) < std::min(p.begin + p.numel, mine.begin + mine.numel));
+        }
+      }
+    }
+    if (!overlaps) continue;
+    for (const char* kind : {"weights", "optimizer"}) needed.insert(CheckpointStore::shard_file(q, theirs->world_size, kind));
+  }
+  return [needed](const std::string& name) { return name.rfind("shard-", 0) != 0 || needed.count(name) > 0; };
+}
+
 fs::path checkpoint_dir(const CheckpointOptions& options, const Trainer& trainer) {
   if (!options.dir().empty()) return options.dir();
   if (trainer.options().run_dir().empty()) {
@@ -62,12 +100,26 @@ std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trai
   if (!options_.resume()) return nullptr;
   // Every rank resumes from the same checkpoint (a shared file system); only the writer tidies.
   if (trainer.rank() == 0) store_.remove_unfinished();
-  auto found = store_.find_latest_valid();
-  if (!found) return nullptr;
-  for (const auto& s : found->skipped) log::warn("checkpoint skipped: " + s);
-  log::info(c10::str("resuming from ", found->info.dir.string()));
-  last_saved_step_ = found->info.step;
-  return std::make_shared<TrainingSnapshot>(store_.read(found->info));
+  auto all = store_.list();
+  // Newest first; each rank checks what it will read, and all take the newest that passed on every rank.
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    std::string reason;
+    try {
+      reason = store_.verify(it->dir, files_read_by(store_, *it, trainer));
+    } catch (const std::exception& e) {
+      reason = e.what();
+    }
+    const bool failed_somewhere = trainer.world_size() > 1 ? trainer.communicator().any(!reason.empty()) : !reason.empty();
+    if (failed_somewhere) {
+      log::warn("checkpoint skipped: " + it->dir.string() + ": " +
+                (reason.empty() ? std::string("a file another rank reads failed its check (see that rank's log)") : reason));
+      continue;
+    }
+    log::info(c10::str("resuming from ", it->dir.string()));
+    last_saved_step_ = it->step;
+    return std::make_shared<TrainingSnapshot>(store_.read(*it));
+  }
+  return nullptr;
 }
 
 void CheckpointPolicy::on_fit_begin(const Trainer& trainer) {
@@ -82,22 +134,32 @@ void CheckpointPolicy::surface_errors() {
 }
 
 void CheckpointPolicy::wait() {
+  if (shard_write_) finish_sharded(/*block=*/true);
   if (pending_.valid()) pending_.get();
+}
+
+CheckpointWriteOptions CheckpointPolicy::write_options(int64_t step) const {
+  CheckpointWriteOptions write_options;
+  write_options.weights_dtype = options_.weights_dtype();
+  write_options.config_toml = config_toml_;
+  if (stage_observer_) {
+    write_options.on_stage = [observer = stage_observer_, step](const std::string& stage) { observer(stage, step); };
+  }
+  return write_options;
 }
 
 void CheckpointPolicy::save(const TrainerState& state) {
   if (trainer_ == nullptr) throw TrainingError("CheckpointPolicy::save before the fit began");
   if (state.step == last_saved_step_) return;
   last_saved_step_ = state.step;
+  if (trainer_->optimizer_shards()) {  // every rank holds a part: every rank writes it
+    save_sharded(state);
+    return;
+  }
   if (trainer_->rank() != 0) return;  // replicas hold the same state: rank 0 writes it
   wait();  // one write at a time; its error, if any, surfaces here
   auto snapshot = std::make_shared<TrainingSnapshot>(trainer_->snapshot());
-  CheckpointWriteOptions write_options;
-  write_options.weights_dtype = options_.weights_dtype();
-  write_options.config_toml = config_toml_;
-  if (stage_observer_) {
-    write_options.on_stage = [observer = stage_observer_, step = state.step](const std::string& stage) { observer(stage, step); };
-  }
+  const CheckpointWriteOptions write_options = this->write_options(state.step);
   last_save_time_ = std::chrono::steady_clock::now();
   auto job = [this, snapshot, write_options] {
     CheckpointInfo info = store_.write(*snapshot, write_options);
@@ -112,9 +174,91 @@ void CheckpointPolicy::save(const TrainerState& state) {
   }
 }
 
+void CheckpointPolicy::save_sharded(const TrainerState& state) {
+  finish_sharded(/*block=*/true);  // one write at a time
+  // Rank 0 makes the folder every rank writes into; all learn whether it could (or whether this
+  // step is saved already) before anyone writes.
+  int64_t begun = 1, failed = 0;
+  std::string why;
+  if (trainer_->rank() == 0) {
+    try {
+      begun = store_.begin_sharded(state.step) ? 1 : 0;
+    } catch (const std::exception& e) {
+      failed = 1;
+      why = e.what();
+    }
+  }
+  const std::vector<int64_t> agreed = max_across_ranks(*trainer_, {1 - begun, failed});
+  if (agreed[1] != 0) {
+    throw CheckpointError(why.empty() ? c10::str("rank 0 could not begin the checkpoint of step ", state.step, " (see its log)") : why);
+  }
+  if (agreed[0] != 0) return;  // saved already
+  last_save_time_ = std::chrono::steady_clock::now();
+  ShardWrite write;
+  write.step = state.step;
+  write.snapshot = std::make_shared<TrainingSnapshot>(trainer_->snapshot());
+  auto job = [store = store_, snapshot = write.snapshot, options = write_options(state.step)] { return store.write_shard(*snapshot, options); };
+  write.files = std::async(options_.async() ? std::launch::async : std::launch::deferred, job);
+  shard_write_ = std::move(write);
+  if (!options_.async()) finish_sharded(/*block=*/true);
+}
+
+void CheckpointPolicy::finish_sharded(bool block) {
+  if (!shard_write_) return;
+  ShardWrite& write = *shard_write_;
+  if (!block) {
+    const bool mine = write.files.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    if (trainer_->world_size() > 1 ? trainer_->communicator().any(!mine) : !mine) return;  // some rank is still writing
+  }
+  std::vector<FileRecord> files;
+  std::string error;
+  try {
+    files = write.files.get();
+  } catch (const std::exception& e) {
+    error = e.what();
+    log::error(error);
+  }
+  // Every rank's two shard files (size, CRC-32) and whether it failed, in one collective.
+  const int64_t world = trainer_->world_size(), rank = trainer_->rank();
+  std::vector<int64_t> table(static_cast<size_t>(1 + 4 * world), 0);
+  table[0] = error.empty() ? 0 : 1;
+  for (const auto& f : files) {
+    for (int k = 0; k < 2; ++k) {
+      if (f.name == CheckpointStore::shard_file(rank, world, k == 0 ? "weights" : "optimizer")) {
+        table[static_cast<size_t>(1 + 4 * rank + 2 * k)] = static_cast<int64_t>(f.size);
+        table[static_cast<size_t>(2 + 4 * rank + 2 * k)] = f.crc32;
+      }
+    }
+  }
+  table = max_across_ranks(*trainer_, table);
+  const std::shared_ptr<TrainingSnapshot> snapshot = write.snapshot;
+  shard_write_.reset();
+  if (table[0] != 0) {
+    throw CheckpointError(error.empty() ? c10::str("checkpoint of step ", snapshot->state.step,
+                                                   ": another rank failed to write its shard (see its log); the previous checkpoint is kept")
+                                        : error);
+  }
+  if (rank != 0) return;
+  std::vector<FileRecord> records;
+  for (const auto& f : files) {
+    if (f.name.rfind("shard-", 0) != 0) records.push_back(f);  // rank 0's common files
+  }
+  for (int64_t r = 0; r < world; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      records.push_back({CheckpointStore::shard_file(r, world, k == 0 ? "weights" : "optimizer"),
+                         static_cast<uint64_t>(table[static_cast<size_t>(1 + 4 * r + 2 * k)]),
+                         static_cast<uint32_t>(table[static_cast<size_t>(2 + 4 * r + 2 * k)])});
+    }
+  }
+  const CheckpointInfo info = store_.finish_sharded(*snapshot, records, write_options(snapshot->state.step));
+  apply_retention();
+  log::info(c10::str("checkpoint written: ", info.dir.string(), " (", world, " shards)"));
+}
+
 void CheckpointPolicy::on_step_end(StepContext& ctx) {
   surface_errors();
   if (!ctx.boundary()) return;
+  finish_sharded(/*block=*/false);
   const TrainerState& s = ctx.state();
   const bool by_steps = options_.every_n_steps() > 0 && s.step % options_.every_n_steps() == 0;
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time_).count() / 60.0;

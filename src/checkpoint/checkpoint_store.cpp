@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "core/detail/host_memory.hpp"
@@ -73,6 +74,85 @@ torch::Tensor stored(const std::string& key, const torch::Tensor& t, WeightsDtyp
   return t.to(dtype == WeightsDtype::fp16 ? torch::kHalf : torch::kBFloat16);
 }
 
+json sharding_to_json(const ShardingInfo& info) {
+  json pieces = json::array();
+  for (const auto& rank : info.pieces) {
+    json list = json::array();
+    for (const auto& p : rank) {
+      list.push_back({{"param", p.param}, {"begin", p.begin}, {"numel", p.numel}, {"group", p.group}, {"index", p.index}});
+    }
+    pieces.push_back(std::move(list));
+  }
+  return {{"world_size", info.world_size}, {"shapes", info.shapes}, {"pieces", pieces}};
+}
+
+ShardingInfo sharding_from_json(const json& j) {
+  ShardingInfo info;
+  info.world_size = j.at("world_size");
+  info.shapes = j.at("shapes").get<std::map<std::string, std::vector<int64_t>>>();
+  for (const auto& rank : j.at("pieces")) {
+    auto& list = info.pieces.emplace_back();
+    for (const auto& p : rank) list.push_back({p.at("param"), p.at("begin"), p.at("numel"), p.at("group"), p.at("index")});
+  }
+  if (info.world_size < 1 || static_cast<int64_t>(info.pieces.size()) != info.world_size) {
+    throw CheckpointError(c10::str("meta.json: sharding lists ", info.pieces.size(), " ranks for a world of ", info.world_size));
+  }
+  return info;
+}
+
+// The files a checkpoint must have, whatever its manifest says.
+std::vector<std::string> required_files(const json& meta) {
+  std::vector<std::string> files{kState, kMeta};
+  if (meta.contains("sharding")) {
+    const int64_t world = meta.at("sharding").at("world_size");
+    for (int64_t r = 0; r < world; ++r) {
+      for (const char* kind : {"weights", "optimizer"}) files.push_back(CheckpointStore::shard_file(r, world, kind));
+    }
+  } else {
+    files.push_back(kOptimizer);
+  }
+  return files;
+}
+
+// state.pt: the snapshot's named tensors (model weights in the storage dtype).
+FileRecord write_state(const fs::path& dir, const TrainingSnapshot& snapshot, WeightsDtype dtype, json& names) {
+  torch::serialize::OutputArchive archive;
+  int64_t i = 0;
+  for (const auto& [key, tensor] : snapshot.tensors) {
+    archive.write(c10::str("t", i++), stored(key, tensor, dtype), /*is_buffer=*/true);
+    names.push_back(key);
+  }
+  // Serialized in memory, then written by us: LibTorch's file writer aborts the process (an
+  // exception from a destructor) when the disk fills up mid-write.
+  const std::string bytes = detail::archive_bytes(archive);
+  return {kState, bytes.size(), detail::write_file_synced(dir / kState, bytes)};
+}
+
+FileRecord write_bytes(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  return {name, bytes.size(), detail::write_file_synced(dir / name, bytes)};
+}
+
+json meta_of(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options, const json& names) {
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  json meta{{"format", 1},
+            {"step", snapshot.state.step},
+            {"unix_time", now},
+            {"weights_dtype", to_string(options.weights_dtype)},
+            {"world_size", snapshot.world_size},
+            {"state", state_to_json(snapshot.state)},
+            {"data", {{"epoch", snapshot.data.epoch}, {"batch_index", snapshot.data.batch_index}, {"seed", snapshot.data.seed},
+                      {"batch_size", snapshot.data.batch_size}}},
+            {"tensors", names}};
+  if (snapshot.sharding) meta["sharding"] = sharding_to_json(*snapshot.sharding);
+  return meta;
+}
+
+[[noreturn]] void write_failed(int64_t step, const fs::path& root, const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  throw CheckpointError(c10::str("writing checkpoint of step ", step, " to ", root.string(), " failed: ",
+                                 c10_error ? c10_error->what_without_backtrace() : e.what(), " (the previous checkpoint is untouched)"));
+}
+
 CheckpointInfo info_from_meta(const fs::path& dir, const json& meta) {
   CheckpointInfo info;
   info.dir = dir;
@@ -83,12 +163,34 @@ CheckpointInfo info_from_meta(const fs::path& dir, const json& meta) {
   return info;
 }
 
+ShardContents read_shard(const fs::path& dir, int64_t rank, int64_t world, size_t pieces) {
+  const fs::path weights = dir / CheckpointStore::shard_file(rank, world, "weights");
+  try {
+    ShardContents contents;
+    torch::serialize::InputArchive archive;
+    archive.load_from(weights.string());
+    for (size_t k = 0; k < pieces; ++k) {
+      torch::Tensor t;
+      archive.read(c10::str("w", k), t, /*is_buffer=*/true);
+      contents.weights.push_back(t);
+    }
+    contents.optimizer = detail::read_file(dir / CheckpointStore::shard_file(rank, world, "optimizer"));
+    return contents;
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    throw CheckpointError("reading shard " + weights.string() + " failed: " + (c10_error ? c10_error->what_without_backtrace() : e.what()));
+  }
+}
+
 }  // namespace
 
 CheckpointStore::CheckpointStore(fs::path root) : root_(std::move(root)) {}
 
 CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options) const {
   const int64_t step = snapshot.state.step;
+  if (snapshot.sharding) throw CheckpointError("CheckpointStore::write: a sharded snapshot is written by every rank (write_shard)");
   const fs::path final_dir = root_ / dir_name(step);
   const fs::path tmp = root_ / (dir_name(step) + ".tmp");
   auto stage = [&](const char* name) {
@@ -101,74 +203,142 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
     fs::create_directories(root_);
     fs::remove_all(tmp);
     fs::create_directories(tmp);
-
     json names = json::array();
-    std::map<std::string, uint32_t> crcs;  // of each file, from the bytes written
-    {
-      torch::serialize::OutputArchive archive;
-      int64_t i = 0;
-      for (const auto& [key, tensor] : snapshot.tensors) {
-        archive.write(c10::str("t", i++), stored(key, tensor, options.weights_dtype), /*is_buffer=*/true);
-        names.push_back(key);
-      }
-      // Serialized in memory, then written by us: LibTorch's file writer aborts the process
-      // (an exception from a destructor) when the disk fills up mid-write.
-      crcs[kState] = detail::write_file_synced(tmp / kState, detail::archive_bytes(archive));
-    }
+    std::vector<FileRecord> records{write_state(tmp, snapshot, options.weights_dtype, names)};
     stage(kState);
-    crcs[kOptimizer] = detail::write_file_synced(tmp / kOptimizer, snapshot.optimizer_bytes());
+    records.push_back(write_bytes(tmp, kOptimizer, snapshot.optimizer_bytes()));
     stage(kOptimizer);
-    std::vector<std::string> files{kState, kOptimizer, kMeta};
-    if (!options.config_toml.empty()) {
-      crcs[kConfig] = detail::write_file_synced(tmp / kConfig, options.config_toml);
-      files.push_back(kConfig);
-    }
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    json meta{{"format", 1},
-              {"step", step},
-              {"unix_time", now},
-              {"weights_dtype", to_string(options.weights_dtype)},
-              {"world_size", snapshot.world_size},
-              {"state", state_to_json(snapshot.state)},
-              {"data", {{"epoch", snapshot.data.epoch}, {"batch_index", snapshot.data.batch_index}, {"seed", snapshot.data.seed},
-                        {"batch_size", snapshot.data.batch_size}}},
-              {"tensors", names}};
-    crcs[kMeta] = detail::write_file_synced(tmp / kMeta, meta.dump(1));
+    if (!options.config_toml.empty()) records.push_back(write_bytes(tmp, kConfig, options.config_toml));
+    const json meta = meta_of(snapshot, options, names);
+    records.push_back(write_bytes(tmp, kMeta, meta.dump(1)));
     stage(kMeta);
-    json manifest{{"files", json::array()}};
-    for (const auto& f : files) {
-      manifest["files"].push_back({{"name", f}, {"size", fs::file_size(tmp / f)}, {"crc32", crcs.at(f)}});
-    }
-    detail::write_file_synced(tmp / kManifest, manifest.dump(1));
-    detail::fsync_directory(tmp);
-    stage(kManifest);
-
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an unverifiable leftover of this step
-    fs::rename(tmp, final_dir);
-    detail::fsync_directory(root_);
-    stage("renamed");
-    detail::write_file_synced(root_ / "latest.tmp", final_dir.filename().string() + "\n");
-    fs::rename(root_ / "latest.tmp", root_ / "latest");
-    detail::fsync_directory(root_);
-    stage("latest");
+    publish(tmp, final_dir, records, stage);
     return info_from_meta(final_dir, meta);
   } catch (const std::exception& e) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
     fs::remove(root_ / "latest.tmp", ignored);
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    throw CheckpointError(c10::str("writing checkpoint of step ", step, " to ", root_.string(), " failed: ",
-                                   c10_error ? c10_error->what_without_backtrace() : e.what(),
-                                   " (the previous checkpoint is untouched)"));
+    write_failed(step, root_, e);
   }
 }
 
-std::string CheckpointStore::verify(const fs::path& dir) const {
+void CheckpointStore::publish(const fs::path& tmp, const fs::path& final_dir, const std::vector<FileRecord>& records,
+                              const std::function<void(const char*)>& stage) const {
+  json manifest{{"files", json::array()}};
+  for (const auto& f : records) manifest["files"].push_back({{"name", f.name}, {"size", f.size}, {"crc32", f.crc32}});
+  detail::write_file_synced(tmp / kManifest, manifest.dump(1));
+  detail::fsync_directory(tmp);
+  stage(kManifest);
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an unverifiable leftover of this step
+  fs::rename(tmp, final_dir);
+  detail::fsync_directory(root_);
+  stage("renamed");
+  detail::write_file_synced(root_ / "latest.tmp", final_dir.filename().string() + "\n");
+  fs::rename(root_ / "latest.tmp", root_ / "latest");
+  detail::fsync_directory(root_);
+  stage("latest");
+}
+
+std::string CheckpointStore::shard_file(int64_t rank, int64_t world_size, const std::string& kind) {
+  char name[64];
+  std::snprintf(name, sizeof name, "shard-%05lld-of-%05lld.", static_cast<long long>(rank), static_cast<long long>(world_size));
+  return name + kind + ".pt";
+}
+
+bool CheckpointStore::begin_sharded(int64_t step) const {
+  const fs::path final_dir = root_ / dir_name(step);
+  const fs::path tmp = root_ / (dir_name(step) + ".tmp");
+  try {
+    if (fs::exists(final_dir / kManifest) && verify(final_dir).empty()) return false;
+    fs::create_directories(root_);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    detail::fsync_directory(root_);
+    return true;
+  } catch (const std::exception& e) {
+    write_failed(step, root_, e);
+  }
+}
+
+std::vector<FileRecord> CheckpointStore::write_shard(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options) const {
+  if (!snapshot.sharding) throw CheckpointError("CheckpointStore::write_shard: the snapshot is not sharded");
+  const int64_t step = snapshot.state.step, rank = snapshot.rank, world = snapshot.sharding->world_size;
+  const fs::path tmp = root_ / (dir_name(step) + ".tmp");
+  try {
+    if (!fs::is_directory(tmp)) throw CheckpointError(c10::str(tmp.string(), " does not exist: rank 0 did not begin this checkpoint"));
+    std::vector<FileRecord> records;
+    {
+      torch::serialize::OutputArchive archive;
+      for (size_t k = 0; k < snapshot.shard_weights.size(); ++k) {
+        archive.write(c10::str("w", k), stored("model/", snapshot.shard_weights[k], options.weights_dtype), /*is_buffer=*/true);
+      }
+      records.push_back(write_bytes(tmp, shard_file(rank, world, "weights"), detail::archive_bytes(archive)));
+    }
+    records.push_back(write_bytes(tmp, shard_file(rank, world, "optimizer"), snapshot.optimizer_bytes()));
+    if (options.on_stage) options.on_stage("shard");
+    if (rank == 0) {
+      json names = json::array();
+      records.push_back(write_state(tmp, snapshot, options.weights_dtype, names));
+      if (!options.config_toml.empty()) records.push_back(write_bytes(tmp, kConfig, options.config_toml));
+      if (options.on_stage) options.on_stage(kState);
+    }
+    return records;
+  } catch (const std::exception& e) {
+    write_failed(step, root_, e);
+  }
+}
+
+CheckpointInfo CheckpointStore::finish_sharded(const TrainingSnapshot& snapshot, const std::vector<FileRecord>& records,
+                                               const CheckpointWriteOptions& options) const {
+  const int64_t step = snapshot.state.step;
+  const fs::path final_dir = root_ / dir_name(step);
+  const fs::path tmp = root_ / (dir_name(step) + ".tmp");
+  auto stage = [&](const char* name) {
+    if (options.on_stage) options.on_stage(name);
+  };
+  try {
+    json names = json::array();
+    for (const auto& [key, tensor] : snapshot.tensors) names.push_back(key);
+    const json meta = meta_of(snapshot, options, names);
+    std::vector<FileRecord> all = records;
+    all.push_back(write_bytes(tmp, kMeta, meta.dump(1)));
+    stage(kMeta);
+    for (const auto& required : required_files(meta)) {
+      if (std::none_of(all.begin(), all.end(), [&](const FileRecord& f) { return f.name == required; })) {
+        throw CheckpointError("no rank reported writing " + required);
+      }
+    }
+    publish(tmp, final_dir, all, stage);
+    return info_from_meta(final_dir, meta);
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    fs::remove(root_ / "latest.tmp", ignored);
+    write_failed(step, root_, e);
+  }
+}
+
+std::shared_ptr<const ShardingInfo> CheckpointStore::sharding_of(const CheckpointInfo& info) const {
+  try {
+    const json meta = json::parse(detail::read_file(info.dir / kMeta));
+    if (!meta.contains("sharding")) return nullptr;
+    return std::make_shared<const ShardingInfo>(sharding_from_json(meta.at("sharding")));
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError("reading " + (info.dir / kMeta).string() + " failed: " + e.what());
+  }
+}
+
+std::string CheckpointStore::verify(const fs::path& dir, const std::function<bool(const std::string&)>& checksum) const {
   if (!fs::is_directory(dir)) return "no such directory";
   if (!fs::exists(dir / kManifest)) return "no manifest.json: the write did not finish";
   json manifest;
   try {
     manifest = json::parse(detail::read_file(dir / kManifest));
+    std::set<std::string> listed;
+    for (const auto& f : manifest.at("files")) listed.insert(f.at("name").get<std::string>());
+    if (!listed.count(kMeta)) return "the manifest does not list meta.json";
     for (const auto& f : manifest.at("files")) {
       const std::string name = f.at("name");
       const fs::path path = dir / name;
@@ -177,10 +347,15 @@ std::string CheckpointStore::verify(const fs::path& dir) const {
       if (size != f.at("size").get<uintmax_t>()) {
         return c10::str(name, " is ", size, " bytes but the manifest says ", f.at("size").get<uintmax_t>(), " (truncated?)");
       }
+      if (checksum && name != kMeta && !checksum(name)) continue;
       const uint32_t crc = detail::crc32_of_file(path);
       if (crc != f.at("crc32").get<uint32_t>()) {
         return c10::str(name, " fails its checksum (crc32 ", crc, ", manifest ", f.at("crc32").get<uint32_t>(), "): corrupt");
       }
+    }
+    // Every file the reader needs must be listed (and so checked), whatever the manifest says.
+    for (const auto& required : required_files(json::parse(detail::read_file(dir / kMeta)))) {
+      if (!listed.count(required)) return "missing file " + required + " (the manifest does not list it)";
     }
   } catch (const std::exception& e) {
     return std::string("unreadable manifest.json: ") + e.what();
@@ -244,7 +419,17 @@ TrainingSnapshot CheckpointStore::read(const CheckpointInfo& info) const {
       archive.read(c10::str("t", i++), t, /*is_buffer=*/true);
       s.tensors[name.get<std::string>()] = t;
     }
-    s.optimizer = detail::read_file(info.dir / kOptimizer);
+    if (meta.contains("sharding")) {
+      auto source = std::make_shared<ShardSource>();
+      source->info = sharding_from_json(meta.at("sharding"));
+      source->location = info.dir.string();
+      source->read = [dir = info.dir, world = source->info.world_size, pieces = source->info.pieces](int64_t rank) {
+        return read_shard(dir, rank, world, pieces.at(static_cast<size_t>(rank)).size());
+      };
+      s.shards = std::move(source);
+    } else {
+      s.optimizer = detail::read_file(info.dir / kOptimizer);
+    }
     s.state = state_from_json(meta.at("state"));
     const auto& d = meta.at("data");
     s.data = {d.at("epoch"), d.at("batch_index"), d.at("seed"), d.value("batch_size", int64_t{0})};

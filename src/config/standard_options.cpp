@@ -129,6 +129,10 @@ void bind(Config& config, StandardOptions& o) {
                    {{"broadcast", BufferSync::broadcast}, {"average", BufferSync::average}, {"off", BufferSync::off}},
                    "Buffers (BatchNorm statistics) at each step: rank 0's, the mean, or left alone");
   config.bind("distributed.log_all_ranks", dp.log_all_ranks(), "Info-level logs from every rank, not only rank 0");
+  config.bind_enum("distributed.shard", dp.shard(),
+                   {{"off", ShardMode::off}, {"optimizer", ShardMode::optimizer}, {"gradients", ShardMode::gradients}},
+                   "Per rank, keep 1/N of the optimizer state (optimizer, ZeRO-1) and also of the reduced gradients "
+                   "(gradients, ZeRO-2); off = all of both on every rank");
   config.add_check("distributed", [&dp] { dp.validate(); });
 
   config.bind("auto_batch.enabled", o.auto_batch_enabled, "Find the largest micro-batch that fits before training");
@@ -225,6 +229,8 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   const World world = detect_world(process_environment());
   if (world.world_size > 1) {
     trainer.add_policy(std::make_shared<DataParallelPolicy>(connect(world, options.communicator), options.data_parallel));
+  } else if (options.data_parallel.shard() != ShardMode::off) {
+    log::info("distributed.shard=" + to_string(options.data_parallel.shard()) + " applies to several processes; this one runs alone");
   }
   if (options.auto_batch_enabled) apply_auto_batch_size(trainer, options, probe);
   if (options.accumulation.steps() > 1 || options.accumulation.effective_batch_size() > 0 ||
@@ -242,6 +248,7 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
     throughput.half_precision(options.precision.mode() != Precision::fp32);
     trainer.add_policy(std::make_shared<ThroughputPolicy>(throughput));
   }
+  if (options.throughput_enabled) trainer.add_policy(std::make_shared<MemoryReportPolicy>());
   if (options.cost.price_per_device_hour() > 0) trainer.add_policy(std::make_shared<CostPolicy>(options.cost));
   if (options.profiler.enabled()) trainer.add_policy(std::make_shared<ProfilerPolicy>(options.profiler));
   if (options.progress_enabled) trainer.add_policy(std::make_shared<ProgressPolicy>(options.progress));

@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <set>
 
+#include "core/detail/oom_safety_net.hpp"
 #include "frugal/core/cpu_memory_cache.hpp"
 #include "frugal/distributed/communicator.hpp"
+#include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 
@@ -41,6 +43,7 @@ Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<c
       communicator_(std::make_shared<SingleProcessCommunicator>()),
       device_(torch::kCPU) {
   options_.validate();
+  oom_net_ = std::make_unique<detail::OomSafetyNet>(options_.halve_batch_on_oom());
   if (!make_optimizer_) throw OptionError("make_optimizer", "Trainer: an optimizer factory is required");
   device_ = resolve_device(options_.device());
   // On CUDA: pinned batches, copied to the device by the loader's workers on side streams ahead
@@ -108,6 +111,12 @@ void Trainer::add_policy(std::shared_ptr<Policy> policy) {
     communicator_ = std::move(communicator);
     train_loader_.shard(world_size(), rank());
     if (validation_loader_) validation_loader_->shard(world_size(), rank());
+  }
+  if (auto shards = policy->optimizer_shards()) {
+    if (shards_) throw OptionError("policy", "Trainer::add_policy: '" + policy->name() + "' shards the optimizer but another policy already does");
+    if (state_.micro_step > 0) throw TrainingError("Trainer::add_policy: the optimizer can only be sharded before training starts");
+    shards->attach(model_.module(), *optimizer_);
+    shards_ = std::move(shards);
   }
   policies_.push_back(std::move(policy));
 }
@@ -190,9 +199,9 @@ void Trainer::train_epoch() {
   for (auto& p : policies_) p->on_epoch_begin(state_);
   model_.module().train();
   while (!stopping() && train_loader_.has_next()) {
-    if (options_.halve_batch_on_oom() && !oom_window_start_) {
-      oom_window_start_ = WindowStart{train_loader_.position(), state_.micro_step, state_.samples_seen, window_micro_steps_,
-                                  window_samples_, window_loss_sum_.defined() ? window_loss_sum_.clone() : torch::Tensor()};
+    if (oom_net_->needs_mark()) {
+      oom_net_->mark({train_loader_.position(), state_.micro_step, state_.samples_seen, window_micro_steps_, window_samples_,
+                      window_loss_sum_.defined() ? window_loss_sum_.clone() : torch::Tensor()});
     }
     const bool last = train_loader_.next_is_last();
     const Batch batch = train_loader_.next()->to(device_, /*non_blocking=*/true);
@@ -214,63 +223,28 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   // 1. Step begin: policies may declare this micro-step a non-boundary (accumulation).
   for (auto& p : policies_) p->on_step_begin(ctx);
 
+  // 2-4. Forward and loss, loss transforms, backward. With the out-of-memory safety net, a rank
+  // that ran out of memory skips the rest of its window but still plays its part at the boundary.
   bool transformed = false;
-  if (!window_oom_) {
+  if (!oom_net_->skipping()) {
     try {
-      // 2. Forward and loss, inside every policy's forward scope (autocast).
-      torch::Tensor loss;
-      {
-        std::vector<std::unique_ptr<ForwardGuard>> guards;
-        for (auto& p : policies_) {
-          if (auto guard = p->forward_guard(state_, Phase::train)) guards.push_back(std::move(guard));
-        }
-        loss = model_.loss(batch);
-      }
-      ctx.set_loss(loss.detach());
-
-      // 3. Loss transforms, in policy order (1/N for accumulation, then the loss scale).
-      for (auto& p : policies_) loss = p->transform_loss(ctx, std::move(loss));
-      transformed = true;
-
-      // 4. Backward; gradients add up across the micro-steps of one boundary.
-      loss.backward();
-      for (auto& p : policies_) p->on_after_backward(ctx);
+      forward_backward(ctx, batch, transformed);
     } catch (const c10::OutOfMemoryError& e) {
-      if (!options_.halve_batch_on_oom()) throw;
-      window_oom_ = true;
-      const std::string what = e.what_without_backtrace();
-      log::warn(c10::str("out of memory in a micro-step of ", batch.size(), " examples (step ", state_.step + 1, "): ",
-                         what.substr(0, what.find('\n'))));
+      if (!oom_net_->enabled()) throw;
+      oom_net_->out_of_memory(e, batch.size(), state_.step + 1);
     }
   }
-  if (window_oom_) {
-    // The rest of this rank's window is skipped; at the boundary it still joins the gradient
-    // reduction (with zeros), so that every rank runs the same collectives.
-    if (!ctx.loss().defined()) ctx.set_loss(torch::zeros({}, torch::TensorOptions(device_)));
-    if (ctx.boundary() && !transformed) {
-      // Every policy sees the boundary (data parallelism arms its buckets here), even one that fails again.
-      const torch::Tensor zero = torch::zeros({}, torch::TensorOptions(device_));
-      for (auto& p : policies_) {
-        try {
-          p->transform_loss(ctx, zero);
-        } catch (const c10::OutOfMemoryError&) {
-        }
-      }
-    }
-  }
+  if (oom_net_->skipping()) oom_net_->stand_in(ctx, policies_, device_, transformed);
 
   if (ctx.boundary()) {
     // 5. Gradient reduction across replicas (timed: the communication share of the step).
     const auto reduce_start = std::chrono::steady_clock::now();
     for (auto& p : policies_) p->reduce_gradients(ctx);
     window_reduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
-    if (options_.halve_batch_on_oom()) {
-      // One decision for all ranks: any rank out of memory drops the window everywhere.
-      if (world_size() > 1 ? communicator_->any(window_oom_) : window_oom_) {
-        halve_after_oom();
-        return;
-      }
-      oom_window_start_.reset();
+    // One decision for all ranks: any rank out of memory drops the window everywhere.
+    if (oom_net_->window_failed(*communicator_)) {
+      halve_after_oom();
+      return;
     }
     // 6-8. Unscale and overflow check, then clipping on true gradients, then a last veto.
     for (auto& p : policies_) if (!ctx.step_cancelled()) p->unscale_gradients(ctx);
@@ -316,6 +290,27 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   if (ctx.boundary()) maybe_stop();
 }
 
+void Trainer::forward_backward(StepContext& ctx, const Batch& batch, bool& transformed) {
+  // 2. Forward and loss, inside every policy's forward scope (autocast).
+  torch::Tensor loss;
+  {
+    std::vector<std::unique_ptr<ForwardGuard>> guards;
+    for (auto& p : policies_) {
+      if (auto guard = p->forward_guard(state_, Phase::train)) guards.push_back(std::move(guard));
+    }
+    loss = model_.loss(batch);
+  }
+  ctx.set_loss(loss.detach());
+
+  // 3. Loss transforms, in policy order (1/N for accumulation, then the loss scale).
+  for (auto& p : policies_) loss = p->transform_loss(ctx, std::move(loss));
+  transformed = true;
+
+  // 4. Backward; gradients add up across the micro-steps of one boundary.
+  loss.backward();
+  for (auto& p : policies_) p->on_after_backward(ctx);
+}
+
 void Trainer::change_micro_batch(int64_t new_size) {
   const int64_t old_size = train_loader_.options().batch_size();
   train_loader_.set_batch_size(new_size);
@@ -325,13 +320,11 @@ void Trainer::change_micro_batch(int64_t new_size) {
 void Trainer::halve_after_oom() {
   const int64_t old_size = train_loader_.options().batch_size();
   if (old_size < 2) throw TrainingError("out of memory with a micro-batch of 1 example: nothing is left to halve");
-  if (!oom_window_start_) throw TrainingError("out-of-memory safety net: the window's start was not recorded");
+  const detail::WindowStart start = oom_net_->rewind();
   optimizer_->zero_grad(/*set_to_none=*/true);
+  model_.module().zero_grad(/*set_to_none=*/true);  // a sharded optimizer's pieces are not the parameters
   if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
   // The window never happened: counters back to its start, its data read again in halves.
-  const WindowStart start = *oom_window_start_;
-  oom_window_start_.reset();
-  window_oom_ = false;
   state_.micro_step = start.micro_step;
   state_.samples_seen = start.samples_seen;
   window_micro_steps_ = start.window_micro_steps;

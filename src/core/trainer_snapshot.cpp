@@ -6,7 +6,10 @@
 
 #include "detail/host_memory.hpp"
 #include "detail/optimizer_copy.hpp"
+#include "frugal/checkpoint/checkpoint_store.hpp"
 #include "frugal/core/trainer.hpp"
+#include "frugal/distributed/communicator.hpp"
+#include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 
@@ -30,6 +33,27 @@ std::string serialize_optimizer(torch::optim::Optimizer& optimizer) {
   return detail::archive_bytes(archive);
 }
 
+// The parameters whose weights a sharded snapshot keeps in its shards rather than in "model/".
+const ShardingInfo* sharding_of(const TrainingSnapshot& s) {
+  if (s.shards) return &s.shards->info;
+  return s.sharding.get();
+}
+
+// Examples of the epoch already read, in this run's batches: the epoch's order is the same for
+// any world size, and a global batch is a contiguous run of it (rank r reads every world-th
+// example), so a run on another world size continues where the old one stopped.
+DataPosition position_for_world(const DataPosition& saved, int64_t saved_world, int64_t world, int64_t batch_size) {
+  const int64_t saved_batch = saved.batch_size > 0 ? saved.batch_size : batch_size;
+  const int64_t read = saved.batch_index * saved_batch * saved_world;
+  const int64_t global_batch = batch_size * world;
+  if (read % global_batch != 0) {
+    log::warn(c10::str("resuming on ", world, " ranks from a checkpoint of ", saved_world, ": the ", read,
+                       " examples already read in epoch ", saved.epoch, " are not a whole number of global batches of ", global_batch,
+                       "; the last ", read % global_batch, " of them are read again"));
+  }
+  return {saved.epoch, read / global_batch, saved.seed, batch_size};
+}
+
 }  // namespace
 
 std::string TrainingSnapshot::optimizer_bytes() const {
@@ -39,7 +63,15 @@ std::string TrainingSnapshot::optimizer_bytes() const {
 TrainingSnapshot Trainer::snapshot() const {
   TrainingSnapshot s;
   torch::NoGradGuard no_grad;
-  for (const auto& p : model_.module().named_parameters()) s.tensors["model/" + p.key()] = detail::host_copy(p.value());
+  if (shards_) {  // this rank's pieces of the trained weights; the rest below
+    s.sharding = shards_->info();
+    s.shard_weights = shards_->host_weight_pieces();
+    s.rank = rank();
+  }
+  for (const auto& p : model_.module().named_parameters()) {
+    if (s.sharding && s.sharding->shapes.count(p.key())) continue;
+    s.tensors["model/" + p.key()] = detail::host_copy(p.value());
+  }
   for (const auto& b : model_.module().named_buffers()) s.tensors["model/" + b.key()] = detail::host_copy(b.value());
   for (const auto& p : policies_) {
     StateDict state;
@@ -60,16 +92,48 @@ TrainingSnapshot Trainer::snapshot() const {
   return s;
 }
 
-void Trainer::restore(const TrainingSnapshot& s) {
-  if (s.world_size != train_loader_.options().num_replicas()) {
-    throw TrainingError(c10::str("the checkpoint was written by a run with world size ", s.world_size,
-                                 " and this run has ", train_loader_.options().num_replicas(),
-                                 ": resuming on another world size would change the data order; start a new run"));
+void Trainer::restore_weights_and_optimizer(const TrainingSnapshot& s) {
+  std::shared_ptr<const ShardSource> source = s.shards;
+  if (!source && s.sharding) {  // a snapshot taken in memory: this rank's own shard, and no other
+    auto own = std::make_shared<ShardSource>();
+    own->info = *s.sharding;
+    own->location = "an in-memory snapshot";
+    own->read = [&s](int64_t q) {
+      if (q != s.rank) throw CheckpointError(c10::str("an in-memory snapshot holds rank ", s.rank, "'s shard only, not rank ", q, "'s"));
+      return ShardContents{s.shard_weights, s.optimizer_bytes()};
+    };
+    source = std::move(own);
   }
+  if (shards_) {
+    shards_->load(source.get(), source ? std::string() : s.optimizer_bytes(), *optimizer_, *communicator_, device_);
+  } else if (source) {
+    load_sharded_into_whole(*source, model_.module(), *optimizer_, device_);
+  } else {
+    std::istringstream bytes(s.optimizer_bytes());
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes, device_);
+    optimizer_->load(archive);
+  }
+}
+
+void Trainer::restore(const TrainingSnapshot& s) {
   torch::NoGradGuard no_grad;
+  const ShardingInfo* sharding = sharding_of(s);
   auto load_into = [&](const std::string& name, torch::Tensor& target) {
     auto it = s.tensors.find("model/" + name);
-    if (it == s.tensors.end()) throw TrainingError("the checkpoint has no tensor for '" + name + "'");
+    if (it == s.tensors.end()) {
+      if (sharding) {
+        const auto shape = sharding->shapes.find(name);
+        if (shape != sharding->shapes.end()) {  // in the shards
+          if (c10::IntArrayRef(shape->second) != target.sizes()) {
+            throw TrainingError(c10::str("'", name, "' has shape ", target.sizes(), " in this model but ", c10::IntArrayRef(shape->second),
+                                         " in the checkpoint: the model changed since it was written"));
+          }
+          return;
+        }
+      }
+      throw TrainingError("the checkpoint has no tensor for '" + name + "'");
+    }
     if (it->second.sizes() != target.sizes()) {
       throw TrainingError(c10::str("'", name, "' has shape ", target.sizes(), " in this model but ", it->second.sizes(),
                                    " in the checkpoint: the model changed since it was written"));
@@ -78,11 +142,7 @@ void Trainer::restore(const TrainingSnapshot& s) {
   };
   for (auto& p : model_.module().named_parameters()) load_into(p.key(), p.value());
   for (auto& b : model_.module().named_buffers()) load_into(b.key(), b.value());
-
-  std::istringstream bytes(s.optimizer_bytes());
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes, device_);
-  optimizer_->load(archive);
+  restore_weights_and_optimizer(s);
 
   for (auto& p : policies_) {
     StateDict state;
@@ -103,9 +163,13 @@ void Trainer::restore(const TrainingSnapshot& s) {
   state_.stop_reason.reset();  // a run stopped by preemption goes on
   // A snapshot from the end of an epoch continues with the next one.
   DataPosition position = s.data;
-  // A run that halved its micro-batch after running out of memory goes on with the halved one.
   const int64_t configured = train_loader_.options().batch_size();
-  if (position.batch_size > 0 && position.batch_size != configured) {
+  const int64_t world = train_loader_.options().num_replicas();
+  if (s.world_size != world) {
+    log::info(c10::str("resuming on ", world, " ranks from a checkpoint written by ", s.world_size, ", with micro-batches of ", configured));
+    position = position_for_world(position, s.world_size, world, configured);
+  } else if (position.batch_size > 0 && position.batch_size != configured) {
+    // A run that halved its micro-batch after running out of memory goes on with the halved one.
     log::warn(c10::str("resuming with the micro-batch of ", position.batch_size, " the checkpointed run used (configured: ",
                        configured, ")"));
     change_micro_batch(position.batch_size);

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <csignal>
+#include <functional>
 #include <map>
 
 #include "distributed/c10d_backends.hpp"
@@ -43,18 +44,41 @@ CommunicationError collective_failed(const char* what, const World& world, const
                                      ") failed, a peer may have died: ", message_of(e)));
 }
 
+// A collective followed by host-side work once it is done (a default reduce-scatter's copy).
+class ThenPending : public PendingCollective {
+ public:
+  ThenPending(std::unique_ptr<PendingCollective> first, std::function<void()> then) : first_(std::move(first)), then_(std::move(then)) {}
+  void wait() override {
+    if (!first_) return;
+    first_->wait();
+    first_.reset();
+    then_();
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> first_;
+  std::function<void()> then_;
+};
+
+void check_chunks(const char* what, const torch::Tensor& whole, const torch::Tensor& chunk, int64_t world_size) {
+  if (whole.numel() != chunk.numel() * world_size || !whole.is_contiguous() || !chunk.is_contiguous()) {
+    throw CommunicationError(c10::str(what, ": the whole buffer (", whole.numel(), " elements) must be ", world_size,
+                                      " contiguous chunks of ", chunk.numel()));
+  }
+}
+
 class C10dPending : public PendingCollective {
  public:
   C10dPending(c10::intrusive_ptr<c10d::Work> work, std::vector<torch::Tensor> tensors, World world, std::string backend,
-              std::chrono::milliseconds timeout)
+              std::chrono::milliseconds timeout, const char* what = "all_reduce")
       : work_(std::move(work)), tensors_(std::move(tensors)), world_(std::move(world)), backend_(std::move(backend)),
-        timeout_(timeout) {}
+        timeout_(timeout), what_(what) {}
   void wait() override {
     if (!work_) return;
     try {
       work_->wait(timeout_);
     } catch (const std::exception& e) {
-      throw collective_failed("all_reduce", world_, backend_, e);
+      throw collective_failed(what_, world_, backend_, e);
     }
     work_.reset();
   }
@@ -65,6 +89,7 @@ class C10dPending : public PendingCollective {
   World world_;
   std::string backend_;
   std::chrono::milliseconds timeout_;
+  const char* what_;
 };
 
 class C10dCommunicator : public Communicator {
@@ -88,6 +113,31 @@ class C10dCommunicator : public Communicator {
       return std::make_unique<C10dPending>(std::move(work), std::move(tensors), world_, backend(), timeout_);
     } catch (const std::exception& e) {
       throw collective_failed("all_reduce", world_, backend(), e);
+    }
+  }
+  std::unique_ptr<PendingCollective> start_reduce_scatter(torch::Tensor input, torch::Tensor output) override {
+    check_chunks("reduce_scatter", input, output, world_.world_size);
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    try {
+      auto work = backend_->_reduce_scatter_base(output, input, options);
+      return std::make_unique<C10dPending>(std::move(work), std::vector<torch::Tensor>{input, output}, world_, backend(), timeout_,
+                                           "reduce_scatter");
+    } catch (const std::exception& e) {
+      throw collective_failed("reduce_scatter", world_, backend(), e);
+    }
+  }
+  std::unique_ptr<PendingCollective> start_all_gather(torch::Tensor input, torch::Tensor output) override {
+    check_chunks("all_gather", output, input, world_.world_size);
+    c10d::AllgatherOptions options;
+    options.timeout = timeout_;
+    try {
+      auto work = backend_->_allgather_base(output, input, options);
+      return std::make_unique<C10dPending>(std::move(work), std::vector<torch::Tensor>{input, output}, world_, backend(), timeout_,
+                                           "all_gather");
+    } catch (const std::exception& e) {
+      throw collective_failed("all_gather", world_, backend(), e);
     }
   }
   bool any(bool local) override {
@@ -166,6 +216,32 @@ class C10dCommunicator : public Communicator {
 
 std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_all_reduce(torch::Tensor, ReduceOp) {
   return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_reduce_scatter(torch::Tensor input, torch::Tensor output) {
+  check_chunks("reduce_scatter", input, output, 1);
+  if (input.data_ptr() != output.data_ptr()) output.copy_(input);
+  return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_all_gather(torch::Tensor input, torch::Tensor output) {
+  check_chunks("all_gather", output, input, 1);
+  if (input.data_ptr() != output.data_ptr()) output.copy_(input);
+  return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter(torch::Tensor input, torch::Tensor output) {
+  check_chunks("reduce_scatter", input, output, world_size());
+  auto pending = start_all_reduce(input);
+  const torch::Tensor mine = input.narrow(0, rank() * output.numel(), output.numel());
+  return std::make_unique<ThenPending>(std::move(pending), [mine, output]() mutable { output.copy_(mine); });
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_all_gather(torch::Tensor input, torch::Tensor output) {
+  check_chunks("all_gather", output, input, world_size());
+  output.zero_();
+  output.narrow(0, rank() * input.numel(), input.numel()).copy_(input);
+  return start_all_reduce(output);
 }
 
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options) {

@@ -9,6 +9,22 @@
 
 namespace frugal {
 
+std::string to_string(ShardMode mode) {
+  switch (mode) {
+    case ShardMode::off: return "off";
+    case ShardMode::optimizer: return "optimizer";
+    case ShardMode::gradients: return "gradients";
+  }
+  return "?";
+}
+
+ShardMode parse_shard_mode(const std::string& text, const std::string& key) {
+  if (text == "off") return ShardMode::off;
+  if (text == "optimizer") return ShardMode::optimizer;
+  if (text == "gradients") return ShardMode::gradients;
+  throw OptionError(key, c10::str(key, " must be off, optimizer or gradients, got '", text, "'"));
+}
+
 void DataParallelOptions::validate() const {
   if (!(bucket_cap_mb() > 0)) throw OptionError("bucket_cap_mb", c10::str("bucket_cap_mb must be > 0, got ", bucket_cap_mb()));
 }
@@ -17,7 +33,14 @@ DataParallelPolicy::DataParallelPolicy(std::shared_ptr<Communicator> communicato
     : communicator_(std::move(communicator)), options_(std::move(options)) {
   if (!communicator_) throw OptionError("communicator", "DataParallelPolicy: the communicator is null");
   options_.validate();
+  if (options_.shard() != ShardMode::off) {
+    shards_ = std::make_shared<OptimizerShards>(communicator_->world_size(), communicator_->rank(), cap_bytes());
+  }
 }
+
+int64_t DataParallelPolicy::cap_bytes() const { return static_cast<int64_t>(options_.bucket_cap_mb() * 1024.0 * 1024.0); }
+
+std::vector<torch::Tensor> DataParallelPolicy::held_gradients() const { return buckets_ ? buckets_->held() : std::vector<torch::Tensor>{}; }
 
 DataParallelPolicy::~DataParallelPolicy() = default;
 
@@ -41,11 +64,19 @@ void DataParallelPolicy::on_fit_begin(const Trainer& trainer) {
   for (const auto& p : module.parameters()) {
     if (p.requires_grad()) trained.push_back(p);
   }
-  const auto cap = static_cast<int64_t>(options_.bucket_cap_mb() * 1024.0 * 1024.0);
-  buckets_ = std::make_unique<detail::GradientBuckets>(std::move(trained), cap, *communicator_, options_.overlap());
+  if (shards_ && !shards_->attached()) {
+    throw TrainingError("DataParallelPolicy: sharding needs the Trainer to attach the shards (add the policy with Trainer::add_policy)");
+  }
+  const detail::BucketReduction reduction = options_.shard() == ShardMode::gradients ? detail::BucketReduction::scattered
+                                            : options_.shard() == ShardMode::optimizer ? detail::BucketReduction::in_buckets
+                                                                                       : detail::BucketReduction::into_grads;
+  if (!buckets_) buckets_ = std::make_unique<detail::GradientBuckets>(std::move(trained), cap_bytes(), *communicator_, options_.overlap(), reduction);
   log::info(c10::str("data parallel: rank ", communicator_->rank(), " of ", communicator_->world_size(), " (",
                      communicator_->backend(), "), gradients in ", buckets_->size(), " bucket(s) of up to ",
-                     options_.bucket_cap_mb(), " MB", options_.overlap() ? ", overlapped with backward" : ""));
+                     options_.bucket_cap_mb(), " MB", options_.overlap() ? ", overlapped with backward" : "",
+                     shards_ ? c10::str(", sharded (", to_string(options_.shard()), "): this rank updates ", shards_->owned_elements(),
+                                        " of ", shards_->total_elements(), " parameter elements")
+                             : ""));
 }
 
 void DataParallelPolicy::check_replicas_agree(const Trainer& trainer) const {
@@ -77,7 +108,10 @@ void DataParallelPolicy::check_replicas_agree(const Trainer& trainer) const {
   }
 }
 
-void DataParallelPolicy::on_fit_end(const Trainer&) { buckets_.reset(); }
+void DataParallelPolicy::on_fit_end(const Trainer&) {
+  // The buckets' hooks stay with the parameters while sharded: the next fit's gradients must land in them.
+  if (!shards_) buckets_.reset();
+}
 
 torch::Tensor DataParallelPolicy::transform_loss(StepContext& ctx, torch::Tensor loss) {
   // Boundaries are settled by now (on_step_begin ran for every policy): only their backward
@@ -89,7 +123,19 @@ torch::Tensor DataParallelPolicy::transform_loss(StepContext& ctx, torch::Tensor
 void DataParallelPolicy::reduce_gradients(StepContext& ctx) {
   if (!buckets_) throw TrainingError("DataParallelPolicy: reduce_gradients before the fit began");
   buckets_->finish();
+  if (shards_) {
+    std::vector<torch::Tensor> reduced;
+    for (int64_t b = 0; b < buckets_->size(); ++b) reduced.push_back(buckets_->reduced(static_cast<size_t>(b)));
+    shards_->take_gradients(reduced, options_.shard() == ShardMode::gradients);
+    shards_->refresh_pieces();
+    ctx.set_gradient_shards(communicator_.get());
+  }
   sync_buffers(ctx.module());
+}
+
+void DataParallelPolicy::on_after_optimizer_step(StepContext& ctx) {
+  // Each rank stepped its pieces: every rank gets everyone's. A cancelled step changed nothing anywhere.
+  if (shards_ && !ctx.step_cancelled()) shards_->gather_parameters(*communicator_);
 }
 
 void DataParallelPolicy::sync_buffers(torch::nn::Module& module) {

@@ -200,16 +200,26 @@ void BertSelfAttentionImpl::reset() {
 }
 
 torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& hidden, const BertTokens& tokens) {
-  const int64_t n = tokens.batch, s = tokens.seq_len, heads = config_.num_attention_heads, h = config_.hidden_size;
-  const int64_t d = h / heads;
   // One matrix multiply for query, key and value (the weights keep Hugging Face's three names).
   torch::Tensor qkv = detail::linear(hidden, torch::cat({query->weight, key->weight, value->weight}),
                                      torch::cat({query->bias, key->bias, value->bias}));
+  if (!checkpoint_core_) return attend(std::move(qkv), tokens, hidden.sizes());
+  // The core has no parameters: only the projection is kept for backward.
+  return activation_checkpoint(
+      [this, tokens, sizes = hidden.sizes().vec()](const torch::autograd::variable_list& in) {
+        return torch::autograd::variable_list{attend(in[0], tokens, sizes)};
+      },
+      {qkv}, {}, {}, core_options_)[0];
+}
+
+torch::Tensor BertSelfAttentionImpl::attend(torch::Tensor qkv, const BertTokens& tokens, c10::IntArrayRef hidden_sizes) {
+  const int64_t n = tokens.batch, s = tokens.seq_len, heads = config_.num_attention_heads, h = config_.hidden_size;
+  const int64_t d = h / heads;
   const double dropout = is_training() ? config_.attention_probs_dropout_prob : 0.0;
   // What SDPA's math path computes on the CPU in training, with the faster dropout: in fp32 without its copies.
-  const bool cpu_training = dropout > 0 && hidden.device().is_cpu();
+  const bool cpu_training = dropout > 0 && qkv.device().is_cpu();
   if (cpu_training && qkv.scalar_type() == torch::kFloat && tokens.cpu_spans) {
-    return detail::cpu_attention(qkv.view({-1, 3 * h}), *tokens.cpu_spans, heads, dropout).view(hidden.sizes());
+    return detail::cpu_attention(qkv.view({-1, 3 * h}), *tokens.cpu_spans, heads, dropout).view(hidden_sizes);
   }
   if (tokens.cu_seqlens.defined() && detail::flash_varlen_usable(qkv, heads)) {
     const torch::Tensor context = detail::flash_varlen_attention(qkv, tokens.cu_seqlens, tokens.max_len, heads, dropout);
@@ -268,8 +278,28 @@ void BertEncoderImpl::reset() {
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layer->push_back(BertLayer(config_));
 }
 
+void BertEncoderImpl::set_activation_checkpointing(const ActivationCheckpointing& plan) {
+  if (plan.scope == CheckpointScope::stage) {
+    throw OptionError("activation_checkpointing", "BERT takes activation checkpointing off, full, every:K or attention; stage is ResNet's");
+  }
+  checkpointing_ = plan;
+  for (const auto& module : *layer) {
+    module->as<BertLayerImpl>()->attention->self->set_checkpoint_core(plan.scope == CheckpointScope::attention, plan.options());
+  }
+}
+
 torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const BertTokens& tokens) {
-  for (const auto& module : *layer) hidden = module->as<BertLayerImpl>()->forward(hidden, tokens);
+  for (size_t i = 0; i < layer->size(); ++i) {
+    auto block = layer->ptr<BertLayerImpl>(i);
+    if (!checkpointing_.covers_layer(static_cast<int64_t>(i))) {
+      hidden = block->forward(hidden, tokens);
+      continue;
+    }
+    // The layer keeps only its input; the closure holds the layer and this batch's tokens until backward.
+    hidden = activation_checkpoint(
+        [block, tokens](const torch::autograd::variable_list& in) { return torch::autograd::variable_list{block->forward(in[0], tokens)}; },
+        {hidden}, block->parameters(), block->buffers(), checkpointing_.options())[0];
+  }
   return hidden;
 }
 

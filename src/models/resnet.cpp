@@ -138,9 +138,37 @@ void ResNetImpl::reset() {
 torch::Tensor ResNetImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = bn1(conv1(x)).relu_();
   y = torch::max_pool2d(y, 3, 2, 1);
-  y = layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
+  y = stages(std::move(y));
   y = torch::adaptive_avg_pool2d(y, {1, 1}).flatten(1);
   return fc(y);
+}
+
+void ResNetImpl::set_activation_checkpointing(const ActivationCheckpointing& plan) {
+  if (plan.scope == CheckpointScope::attention) {
+    throw OptionError("activation_checkpointing", "ResNet takes activation checkpointing off, full, every:K or stage; attention is BERT's");
+  }
+  checkpointing_ = plan;
+}
+
+torch::Tensor ResNetImpl::stages(torch::Tensor y) {
+  if (!checkpointing_.enabled()) return layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
+  const ActivationCheckpointOptions options = checkpointing_.options();
+  int64_t block_index = 0;  // across the stages, for every:K
+  for (torch::nn::Sequential stage : {layer1, layer2, layer3, layer4}) {
+    if (checkpointing_.scope == CheckpointScope::stage) {
+      y = activation_checkpoint(*stage, [stage](const torch::Tensor& x) mutable { return stage->forward(x); }, y, options);
+      continue;
+    }
+    for (size_t i = 0; i < stage->size(); ++i) {
+      auto block = stage->ptr<ResidualBlockImpl>(i);
+      if (checkpointing_.covers_layer(block_index++)) {
+        y = activation_checkpoint(*block, [block](const torch::Tensor& x) { return block->forward(x); }, y, options);
+      } else {
+        y = block->forward(y);
+      }
+    }
+  }
+  return y;
 }
 
 double ResNetImpl::forward_flops(int64_t height, int64_t width) const {

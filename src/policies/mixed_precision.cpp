@@ -68,6 +68,8 @@ void MixedPrecisionPolicy::unscale_gradients(StepContext& ctx) {
   found_inf_ = torch::Tensor();
   if (precision_ != Precision::fp16) return;
   found_inf_ = scaler_.unscale(ctx.parameters());
+  // With sharded gradients each rank checked its part: an overflow anywhere skips the step everywhere.
+  if (ctx.gradients_sharded()) found_inf_ = ctx.reduce_over_shards(found_inf_);
   // The one host sync of an fp16 step: the step must be taken or skipped on the host.
   if (found_inf_.item<float>() != 0.0f) {
     ++overflow_steps_;

@@ -32,6 +32,11 @@ grep -q "float32 linear layers on the CPU through onednn" run.log || fail "oneDN
 grep -q "% padding (computed: model.unpad is off)" padded.log || fail "model.unpad=false was not applied"
 grep -q "float32 linear layers on the CPU through mkl" padded.log || fail "model.cpu_gemm=mkl was not applied"
 
+# Activation checkpointing: the attention cores recomputed in backward.
+"$exe" "${common[@]}" --trainer.max_steps=3 --model.activation_checkpointing=attention --trainer.run_dir=recompute > recompute.log 2>&1 \
+  || fail "checkpointed run: $(tail -3 recompute.log)"
+grep -q "activation checkpointing: attention" recompute.log || fail "model.activation_checkpointing was not applied"
+
 # Second run: features from the cache; bf16 autocast, accumulation, clipping, checkpoints.
 "$exe" "${common[@]}" --trainer.max_epochs=1 --trainer.run_dir=ck --precision.mode=bf16 --accumulation.steps=2 \
   --clipping.mode=norm --checkpoint.enabled=true > ck1.log 2>&1 || fail "policies run: $(tail -3 ck1.log)"
@@ -49,6 +54,8 @@ err=$("$exe" "${base[@]}" --squad.dev=bad.json --trainer.run_dir=bad 2>&1); rc=$
   || fail "malformed SQuAD: exit $rc: $err"
 err=$("$exe" "${common[@]}" --squad.max_seq_length=many 2>&1); rc=$?
 [ "$rc" -eq 2 ] && echo "$err" | grep -q "squad.max_seq_length" || fail "bad value: exit $rc: $err"
+err=$("$exe" "${common[@]}" --model.activation_checkpointing=every:0 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$err" | grep -q "model.activation_checkpointing" || fail "bad activation_checkpointing: exit $rc: $err"
 err=$("$exe" "${common[@]}" --model.cpu_gemm=blas 2>&1); rc=$?
 [ "$rc" -eq 2 ] && echo "$err" | grep -q 'model.cpu_gemm must be "onednn" or "mkl", got "blas"' || fail "bad cpu_gemm: exit $rc: $err"
 set -e

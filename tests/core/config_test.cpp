@@ -157,7 +157,7 @@ TEST_CASE("add_policies switches on exactly the policies the options ask for", "
   add_policies(trainer, l.options);
   std::vector<std::string> names;
   for (const auto& p : trainer.policies()) names.push_back(p->name());
-  CHECK(names == std::vector<std::string>{"gradient_accumulation", "mixed_precision", "gradient_clipping", "throughput", "progress"});
+  CHECK(names == std::vector<std::string>{"gradient_accumulation", "mixed_precision", "gradient_clipping", "throughput", "memory_report", "progress"});
   Loaded none({"--smoke_test.mode=off", "--throughput.enabled=false", "--progress.enabled=false"}, {});
   Trainer plain(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(8), none.options.trainer.device("cpu").run_dir(""));
   add_policies(plain, none.options);
@@ -173,7 +173,7 @@ TEST_CASE("the tooling keys switch on cost, profiler and the budget's checkpoint
   std::vector<std::string> names;
   for (const auto& p : trainer.policies()) names.push_back(p->name());
   // A hard budget without checkpointing still gets a checkpoint where the run stops.
-  CHECK(names == std::vector<std::string>{"throughput", "cost", "profiler", "checkpoint"});
+  CHECK(names == std::vector<std::string>{"throughput", "memory_report", "cost", "profiler", "checkpoint"});
   CHECK_THAT(error_of({"--cost.budget=10"}, {}), Catch::Contains("price_per_device_hour"));
   CHECK_THAT(error_of({"--profiler.steps=0"}, {}), Catch::Contains("profiler.steps") || Catch::Contains("steps must be >= 1"));
   CHECK_THAT(error_of({"--auto_batch.margin=1.5"}, {}), Catch::Contains("margin must be in [0, 1)"));

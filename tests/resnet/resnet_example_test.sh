@@ -51,13 +51,20 @@ exact=("${common[@]}" --optimizer.schedule_epochs=2 --data.num_workers=2 --smoke
 grep -q "resumed at step" second.log || fail "the second start did not resume: $(grep -m3 -i resum second.log)"
 cmp -s straight.safetensors resumed.safetensors || fail "resumed weights differ from the uninterrupted run"
 
-# Data-parallel on 2 processes (torchrun), channels-last weights and gradients through the all-reduce.
+# Data-parallel on 2 processes (torchrun), channels-last weights and gradients through the buckets,
+# sharded optimizer state and gradients, every other residual block recomputed in backward.
 out=$(timeout 300 "$python" -m torch.distributed.run --standalone --nproc-per-node=2 --no-python "$exe" "${common[@]}" \
-      --trainer.max_epochs=3 --trainer.run_dir=ddp --model.channels_last=true --data.num_workers=1 2>&1) \
+      --trainer.max_epochs=3 --trainer.run_dir=ddp --model.channels_last=true --data.num_workers=1 \
+      --distributed.shard=gradients --model.activation_checkpointing=every:2 2>&1) \
   || fail "2-process run exited $?: $(echo "$out" | tail -3)"
 echo "$out" | grep -q "resnet: resnet18 (base 16, 10 classes, channels_last) on cpu, 2 processes, 69 steps" \
   || fail "2 processes: $(echo "$out" | grep "resnet:")"
 grep -q "data parallel: rank 0 of 2" ddp/train.log || fail "train.log does not show data parallelism"
+grep -q "sharded (gradients): this rank updates" ddp/train.log || fail "train.log does not show sharding"
+echo "$out" | grep -q "activation checkpointing: every:2" || fail "the run does not report activation checkpointing"
+grep -q '"memory_optimizer_mb"' ddp/metrics.jsonl || fail "no per-rank memory in metrics.jsonl"
+top1=$(grep '"event":"validation"' ddp/metrics.jsonl | tail -1 | sed 's/.*"top1":\([0-9.]*\).*/\1/')
+awk -v a="$top1" 'BEGIN { exit !(a > 0.5) }' || fail "sharded, checkpointed 2-process run: top-1 $top1 <= 0.5"
 
 # An image folder read file by file, and synthetic images.
 "$exe" "${base[@]}" --images.source=folder --images.train=digits/images/train --images.val=digits/images/val \
@@ -73,6 +80,8 @@ grep -q "resnet: resnet18 (base 16, 10 classes) on cpu, 2 steps" synthetic.log |
 set +e
 err=$("$exe" "${common[@]}" --model.variant=resnet51 2>&1); rc=$?
 [ "$rc" -eq 2 ] && echo "$err" | grep -q "model.variant" || fail "bad variant: exit $rc: $err"
+err=$("$exe" "${common[@]}" --model.activation_checkpointing=attention 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$err" | grep -q "model.activation_checkpointing: attention is BERT's" || fail "attention on ResNet: exit $rc: $err"
 err=$("$exe" "${base[@]}" --images.train=nowhere 2>&1); rc=$?
 [ "$rc" -eq 1 ] && echo "$err" | grep -q "nowhere" || fail "missing directory: exit $rc: $err"
 mkdir -p broken/train/0 broken/train/1 broken/val

@@ -23,6 +23,14 @@ class CountingCommunicator : public Communicator {
     ++count_;
     return inner_->start_all_reduce(std::move(flat), op);
   }
+  std::unique_ptr<PendingCollective> start_reduce_scatter(torch::Tensor input, torch::Tensor output) override {
+    ++count_;
+    return inner_->start_reduce_scatter(std::move(input), std::move(output));
+  }
+  std::unique_ptr<PendingCollective> start_all_gather(torch::Tensor input, torch::Tensor output) override {
+    ++count_;
+    return inner_->start_all_gather(std::move(input), std::move(output));
+  }
   void broadcast(std::vector<torch::Tensor>& tensors, int64_t root) override {
     ++count_;
     inner_->broadcast(tensors, root);

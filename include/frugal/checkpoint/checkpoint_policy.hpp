@@ -6,6 +6,13 @@
 // thread and written by a background thread; a new save waits for the previous one, and a failed
 // write surfaces as a CheckpointError at the next hook.
 //
+// With a sharded optimizer every rank writes its own shard (checkpoint_store.hpp) on its own
+// background thread; at each later optimizer step the ranks ask one another whether all shards
+// are durable, and once they are, rank 0 records every rank's files in the manifest and publishes
+// the checkpoint. Until then the previous checkpoint is the latest. Resuming, each rank checks
+// the files it will read (its own shard, or those that overlap its part after a change of world
+// size), and the ranks agree on the newest checkpoint that passed everywhere.
+//
 //   trainer.add_policy(std::make_shared<frugal::CheckpointPolicy>(
 //       frugal::CheckpointOptions().every_n_steps(500).keep_last(3).keep_best(1).monitor("loss")));
 
@@ -13,6 +20,7 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
 #include <string>
 
 #include "frugal/checkpoint/checkpoint_store.hpp"
@@ -71,6 +79,18 @@ class CheckpointPolicy : public Policy {
 
  private:
   void surface_errors();
+  CheckpointWriteOptions write_options(int64_t step) const;
+  void save_sharded(const TrainerState& state);
+  /// With a sharded write in flight: publishes it once every rank's shard is durable (`block`:
+  /// waits for this rank's). Every rank calls it at the same points: it runs collectives.
+  void finish_sharded(bool block);
+
+  struct ShardWrite {
+    int64_t step = 0;
+    std::shared_ptr<TrainingSnapshot> snapshot;
+    std::future<std::vector<FileRecord>> files;
+  };
+  std::optional<ShardWrite> shard_write_;
   CheckpointOptions options_;
   std::string config_toml_;
   CheckpointStore store_;

@@ -6,12 +6,20 @@
 // `latest` pointer replaced (written aside, fsynced, renamed). Reading verifies the manifest and
 // falls back to the newest checkpoint that verifies, saying which were skipped and why.
 //
+// A sharded checkpoint (a sharded optimizer, one part per rank) has no optimizer.pt: each rank r
+// of N writes shard-<r>-of-<N>.weights.pt (its ranges of the trained weights) and
+// shard-<r>-of-<N>.optimizer.pt (its optimizer state) into the same .tmp folder, no rank holding
+// more than its part; rank 0 writes state.pt (buffers, policies, RNG) and, once every rank's files
+// are durable, meta.json (with every rank's ranges), the manifest of all files, the rename and
+// `latest`. A shard missing or damaged makes the whole checkpoint invalid.
+//
 //   frugal::CheckpointStore store("runs/x/checkpoints");
 //   store.write(trainer.snapshot(), {});
 //   if (auto found = store.find_latest_valid()) trainer.restore(store.read(found->info));
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +54,13 @@ struct CheckpointInfo {
   std::string weights_dtype = "fp32";
 };
 
+/// A file of a checkpoint as its manifest records it.
+struct FileRecord {
+  std::string name;
+  uint64_t size = 0;
+  uint32_t crc32 = 0;
+};
+
 struct FoundCheckpoint {
   CheckpointInfo info;
   std::vector<std::string> skipped;  // "<dir>: <reason>" for each newer one that did not verify
@@ -58,7 +73,25 @@ class CheckpointStore {
 
   CheckpointInfo write(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options) const;
   /// "" when `dir` holds a complete checkpoint whose files match its manifest, else the reason.
-  std::string verify(const std::filesystem::path& dir) const;
+  /// `checksum(name)` false skips a file's CRC (its size is still checked): a rank resuming from
+  /// a sharded checkpoint reads, and so checks, only the shards it needs.
+  std::string verify(const std::filesystem::path& dir,
+                     const std::function<bool(const std::string& file)>& checksum = nullptr) const;
+
+  // -- Sharded checkpoints, written by every rank together (CheckpointPolicy runs the steps) --
+  /// Rank 0, first: an empty ckpt-<step>.tmp (false: that step is already saved and verifies).
+  bool begin_sharded(int64_t step) const;
+  /// Every rank, once rank 0 has begun: its shard files (rank 0: also state.pt and the config),
+  /// written and fsynced. Returns what the manifest must record of them.
+  std::vector<FileRecord> write_shard(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options) const;
+  /// Rank 0, once every rank's files are durable: meta.json, the manifest (`records`: every
+  /// rank's files), the rename and `latest`.
+  CheckpointInfo finish_sharded(const TrainingSnapshot& snapshot, const std::vector<FileRecord>& records,
+                                const CheckpointWriteOptions& options) const;
+  /// shard-<rank>-of-<world>.<kind>.pt, kind "weights" or "optimizer".
+  static std::string shard_file(int64_t rank, int64_t world_size, const std::string& kind);
+  /// The layout of a sharded checkpoint (its meta.json), or nullptr for an unsharded one.
+  std::shared_ptr<const ShardingInfo> sharding_of(const CheckpointInfo& info) const;
   /// The newest checkpoint that verifies: the one `latest` names first, then the others newest first.
   std::optional<FoundCheckpoint> find_latest_valid() const;
   TrainingSnapshot read(const CheckpointInfo& info) const;
@@ -70,6 +103,9 @@ class CheckpointStore {
   void remove_unfinished() const;
 
  private:
+  /// The manifest of `records`, then the rename of `tmp` and the `latest` pointer.
+  void publish(const std::filesystem::path& tmp, const std::filesystem::path& final_dir, const std::vector<FileRecord>& records,
+               const std::function<void(const char*)>& stage) const;
   std::filesystem::path root_;
 };
 

@@ -17,6 +17,7 @@
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/distributed/data_parallel.hpp"
 #include "frugal/log.hpp"
+#include "frugal/memory/memory_report.hpp"
 #include "frugal/policies/early_stopping.hpp"
 #include "frugal/policies/gradient_accumulation.hpp"
 #include "frugal/policies/gradient_clipping.hpp"

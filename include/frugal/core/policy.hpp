@@ -25,6 +25,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "frugal/checkpoint/snapshot.hpp"
 #include "frugal/core/step_context.hpp"
@@ -33,6 +34,7 @@
 namespace frugal {
 
 class Communicator;
+class OptimizerShards;
 class Trainer;
 
 /// Named tensors making up a policy's saved state (the checkpoint stores them).
@@ -110,6 +112,13 @@ class Policy {
   /// validation figures across ranks, writes logs and metrics on rank 0 only, and takes every
   /// stop decision on all ranks alike. At most one policy may return one.
   virtual std::shared_ptr<Communicator> communicator() const { return nullptr; }
+  /// The policy that shards the optimizer state across ranks (DataParallelPolicy with shard =
+  /// optimizer or gradients) returns its shards. The Trainer attaches them to its optimizer when
+  /// the policy is added (before any state exists), and snapshots and restores through them.
+  virtual std::shared_ptr<OptimizerShards> optimizer_shards() const { return nullptr; }
+  /// Gradient storage the policy holds besides the parameters' .grad (data-parallel buckets),
+  /// counted in the memory report.
+  virtual std::vector<torch::Tensor> held_gradients() const { return {}; }
 
   // -- State that must survive a resume --------------------------------------------------
   virtual void save_state(StateDict& /*state*/) const {}

@@ -13,6 +13,7 @@
 
 #include "frugal/core/trainer_state.hpp"
 #include "frugal/data/batch.hpp"
+#include "frugal/distributed/communicator.hpp"
 
 namespace frugal {
 
@@ -51,6 +52,20 @@ class StepContext {
   bool step_cancelled() const { return cancel_reason_.has_value(); }
   const std::optional<std::string>& cancel_reason() const { return cancel_reason_; }
 
+  /// Sharded data parallelism (set in reduce_gradients): the gradients of parameters() are this
+  /// rank's part of the model's, so a figure of the whole model (the global norm, an overflow
+  /// anywhere) is the reduction over the ranks of each rank's partial figure.
+  void set_gradient_shards(Communicator* ranks) { shard_ranks_ = ranks; }
+  bool gradients_sharded() const { return shard_ranks_ != nullptr; }
+  /// The sum (or the maximum) of `partial` over the ranks sharing the gradients: one collective
+  /// on every rank alike. `partial` itself when the gradients are whole on each rank.
+  torch::Tensor reduce_over_shards(torch::Tensor partial, ReduceOp op = ReduceOp::sum) const {
+    if (!shard_ranks_) return partial;
+    std::vector<torch::Tensor> values{partial.detach().reshape({-1}).clone()};
+    shard_ranks_->all_reduce(values, op);
+    return values[0].view(partial.sizes());
+  }
+
  private:
   const TrainerState& state_;
   const Batch& batch_;
@@ -60,6 +75,7 @@ class StepContext {
   bool boundary_ = true;
   torch::Tensor loss_;
   std::optional<std::string> cancel_reason_;
+  Communicator* shard_ranks_ = nullptr;
 };
 
 }  // namespace frugal

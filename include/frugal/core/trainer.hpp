@@ -30,6 +30,10 @@
 
 namespace frugal {
 
+namespace detail {
+class OomSafetyNet;
+}
+
 /// Builds the optimizer over a module that already sits on the training device. A factory
 /// (not an optimizer) so that copies of the model (smoke test) get optimizers of their own.
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(torch::nn::Module&)>;
@@ -81,7 +85,12 @@ class Trainer {
   const OptimizerFactory& optimizer_factory() const { return make_optimizer_; }
   const Dataset& train_data() const { return train_loader_.dataset(); }
   torch::Device device() const { return device_; }
+  /// The optimizer the factory built; with a sharded optimizer (a policy's optimizer_shards) it
+  /// updates this rank's pieces of the parameters.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
+  /// The shards of a sharded optimizer, or nullptr.
+  const std::shared_ptr<OptimizerShards>& optimizer_shards() const { return shards_; }
   const std::vector<std::shared_ptr<Policy>>& policies() const { return policies_; }
   /// Optimizer-step boundaries per epoch without accumulation: batches of this rank's share.
   int64_t batches_per_epoch() const { return train_loader_.batches_per_epoch(); }
@@ -100,6 +109,11 @@ class Trainer {
   /// The step sequence: forward, loss, backward and, on a boundary, reduction, unscaling,
   /// clipping, the optimizer step and the LR schedule.
   void train_micro_step(const Batch& batch, bool last_in_epoch);
+  /// Steps 2-4 of the sequence: forward and loss under the policies' scopes, the loss
+  /// transforms (`transformed` once they all ran), backward.
+  void forward_backward(StepContext& ctx, const Batch& batch, bool& transformed);
+  /// The model's weights and the optimizer's state from a snapshot, sharded or not.
+  void restore_weights_and_optimizer(const TrainingSnapshot& snapshot);
   void apply_lr_schedule();
   /// The micro-batch from now on, and the policies told (accumulation keeps the effective batch).
   void change_micro_batch(int64_t new_size);
@@ -121,20 +135,13 @@ class Trainer {
   LrSchedule lr_schedule_;
   std::vector<std::shared_ptr<Policy>> policies_;
   std::shared_ptr<Communicator> communicator_;
+  std::shared_ptr<OptimizerShards> shards_;
   torch::Device device_;
   TrainerState state_;
   mutable MetricsLog metrics_log_;  // output only: recording an event does not change training
   int64_t validated_at_step_ = -1;  // so an epoch end does not repeat a validation just run
 
-  // The out-of-memory safety net (options_.halve_batch_on_oom): where the current accumulation
-  // window began, so that a window with an out-of-memory micro-step can run again.
-  struct WindowStart {
-    DataPosition position;
-    int64_t micro_step = 0, samples_seen = 0, window_micro_steps = 0, window_samples = 0;
-    torch::Tensor window_loss_sum;
-  };
-  std::optional<WindowStart> oom_window_start_;
-  bool window_oom_ = false;  // this rank ran out of memory in the current window
+  std::unique_ptr<detail::OomSafetyNet> oom_net_;  // options_.halve_batch_on_oom
 
   // Loss summed on the device since the last log line: read back only when logging, so the
   // loop never waits for the GPU between steps.

@@ -51,6 +51,13 @@ class Communicator {
   /// data-parallel training overlaps it with the rest of the backward pass. Every rank must start
   /// its collectives in the same order.
   virtual std::unique_ptr<PendingCollective> start_all_reduce(torch::Tensor flat, ReduceOp op = ReduceOp::sum) = 0;
+  /// Starts a reduce-scatter: `input` holds world_size equal chunks end to end; the sum across
+  /// ranks of chunk r lands in rank r's `output` (one chunk). Sharded data parallelism reduces its
+  /// gradient buckets this way. By default an all-reduce of `input`, then a copy.
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter(torch::Tensor input, torch::Tensor output);
+  /// Starts an all-gather: every rank's `input` (one chunk) lands end to end in `output`, in rank
+  /// order. By default an all-reduce of a zero buffer holding this rank's chunk at its place.
+  virtual std::unique_ptr<PendingCollective> start_all_gather(torch::Tensor input, torch::Tensor output);
   /// Overwrites each tensor with rank `root`'s.
   virtual void broadcast(std::vector<torch::Tensor>& tensors, int64_t root = 0) = 0;
   virtual void barrier() = 0;
@@ -66,6 +73,8 @@ class SingleProcessCommunicator : public Communicator {
   std::string backend() const override { return "single"; }
   void all_reduce(std::vector<torch::Tensor>&, ReduceOp) override {}
   std::unique_ptr<PendingCollective> start_all_reduce(torch::Tensor, ReduceOp) override;
+  std::unique_ptr<PendingCollective> start_reduce_scatter(torch::Tensor input, torch::Tensor output) override;
+  std::unique_ptr<PendingCollective> start_all_gather(torch::Tensor input, torch::Tensor output) override;
   void broadcast(std::vector<torch::Tensor>&, int64_t) override {}
   void barrier() override {}
   bool any(bool local) override { return local; }

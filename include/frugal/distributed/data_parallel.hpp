@@ -9,6 +9,13 @@
 // rank takes the same skip/step decision. Buffers (BatchNorm running statistics) are made equal
 // at each optimizer step: rank 0's are broadcast, or all are averaged.
 //
+// Sharding (ZeRO stage 1 and 2, shard = optimizer | gradients; optimizer_shards.hpp): each rank
+// keeps optimizer state only for its chunk of every bucket and steps only that; the updated
+// parameters are then all-gathered. With `gradients` the buckets are reduce-scattered instead of
+// all-reduced and each rank keeps only its chunk of the averaged gradients (the full-size .grad
+// is released as soon as it is in its bucket). Whole-model decisions stay the same on every rank:
+// the clipping norm and the fp16 overflow check are reduced over the ranks (StepContext).
+//
 //   auto comm = frugal::connect(frugal::detect_world(frugal::process_environment()));
 //   trainer.add_policy(std::make_shared<frugal::DataParallelPolicy>(comm));
 //   trainer.fit();   // launched with: torchrun --nproc-per-node=8 --no-python ./train
@@ -20,6 +27,7 @@
 
 #include "frugal/core/policy.hpp"
 #include "frugal/distributed/communicator.hpp"
+#include "frugal/distributed/optimizer_shards.hpp"
 
 namespace frugal {
 
@@ -30,6 +38,12 @@ class GradientBuckets;
 /// What keeps buffers (BatchNorm running mean/var) equal across ranks.
 enum class BufferSync { broadcast, average, off };
 
+/// What each rank keeps of the optimizer state and of the reduced gradients.
+enum class ShardMode { off, optimizer, gradients };
+std::string to_string(ShardMode mode);
+/// off, optimizer or gradients; OptionError naming `key` otherwise.
+ShardMode parse_shard_mode(const std::string& text, const std::string& key = "shard");
+
 struct DataParallelOptions {
   /// Gradient bytes per all-reduce.
   TORCH_ARG(double, bucket_cap_mb) = 25.0;
@@ -39,6 +53,9 @@ struct DataParallelOptions {
   TORCH_ARG(BufferSync, buffers) = BufferSync::broadcast;
   /// Log at info level on every rank; by default ranks other than 0 log warnings and errors only.
   TORCH_ARG(bool, log_all_ranks) = false;
+  /// off: every rank holds all optimizer state and gradients; optimizer: 1/N of the optimizer
+  /// state (ZeRO-1); gradients: also 1/N of the reduced gradients (ZeRO-2).
+  TORCH_ARG(ShardMode, shard) = ShardMode::off;
 
  public:  // TORCH_ARG leaves the struct in private:
   void validate() const;
@@ -51,21 +68,27 @@ class DataParallelPolicy : public Policy {
   std::string name() const override { return "data_parallel"; }
   std::shared_ptr<Communicator> communicator() const override { return communicator_; }
 
+  std::shared_ptr<OptimizerShards> optimizer_shards() const override { return shards_; }
+  std::vector<torch::Tensor> held_gradients() const override;
+
   void on_fit_begin(const Trainer& trainer) override;
   void on_fit_end(const Trainer& trainer) override;
   torch::Tensor transform_loss(StepContext& ctx, torch::Tensor loss) override;
   void reduce_gradients(StepContext& ctx) override;
+  void on_after_optimizer_step(StepContext& ctx) override;
 
   /// Buckets the gradients travel in (known once the fit began).
   int64_t bucket_count() const;
   const DataParallelOptions& options() const { return options_; }
 
  private:
+  int64_t cap_bytes() const;
   void check_replicas_agree(const Trainer& trainer) const;
   void sync_buffers(torch::nn::Module& module);
 
   std::shared_ptr<Communicator> communicator_;
   DataParallelOptions options_;
+  std::shared_ptr<OptimizerShards> shards_;  // with sharding
   std::unique_ptr<detail::GradientBuckets> buckets_;
 };
 

@@ -29,6 +29,8 @@
 #include <string>
 #include <utility>
 
+#include "frugal/memory/checkpoint_plan.hpp"
+
 namespace frugal {
 namespace detail {
 class GradStorage;
@@ -96,10 +98,20 @@ class BertSelfAttentionImpl : public torch::nn::Cloneable<BertSelfAttentionImpl>
   void reset() override;
   /// Attention of hidden ([N, S, H], or [T, H] unpadded) over each sequence's real tokens; same shape.
   torch::Tensor forward(const torch::Tensor& hidden, const BertTokens& tokens);
+  /// Recompute the attention core (scores, softmax, dropout, context) in backward instead of
+  /// keeping its activations, which grow with the square of the sequence.
+  void set_checkpoint_core(bool on, ActivationCheckpointOptions options = {}) {
+    checkpoint_core_ = on;
+    core_options_ = options;
+  }
   torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
 
  private:
+  /// The attention core: the context of the fused query/key/value projection.
+  torch::Tensor attend(torch::Tensor qkv, const BertTokens& tokens, c10::IntArrayRef hidden_sizes);
   BertConfig config_;
+  bool checkpoint_core_ = false;
+  ActivationCheckpointOptions core_options_;
 };
 TORCH_MODULE(BertSelfAttention);
 
@@ -164,10 +176,15 @@ class BertEncoderImpl : public torch::nn::Cloneable<BertEncoderImpl> {
   explicit BertEncoderImpl(BertConfig config) : config_(std::move(config)) { reset(); }
   void reset() override;
   torch::Tensor forward(torch::Tensor hidden, const BertTokens& tokens);
+  /// Layers (full, every:K) or their attention cores (attention) recomputed in backward;
+  /// OptionError for scopes that are not BERT's (stage).
+  void set_activation_checkpointing(const ActivationCheckpointing& plan);
+  const ActivationCheckpointing& activation_checkpointing() const { return checkpointing_; }
   torch::nn::ModuleList layer{nullptr};
 
  private:
   BertConfig config_;
+  ActivationCheckpointing checkpointing_;
 };
 TORCH_MODULE(BertEncoder);
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "frugal/memory/checkpoint_plan.hpp"
+
 namespace frugal {
 
 struct ResNetOptions {
@@ -74,6 +76,10 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
   const ResNetOptions& options() const { return options_; }
   /// Multiply-accumulates x 2 of one forward pass on a `height` x `width` image.
   double forward_flops(int64_t height, int64_t width) const;
+  /// Residual blocks (full, every:K, counted across the stages) or whole stages (stage)
+  /// recomputed in backward; OptionError for scopes that are not ResNet's (attention).
+  void set_activation_checkpointing(const ActivationCheckpointing& plan);
+  const ActivationCheckpointing& activation_checkpointing() const { return checkpointing_; }
 
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr};
@@ -81,7 +87,9 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
   torch::nn::Linear fc{nullptr};
 
  private:
+  torch::Tensor stages(torch::Tensor y);
   ResNetOptions options_;
+  ActivationCheckpointing checkpointing_;
 };
 TORCH_MODULE(ResNet);
 

@@ -46,6 +46,9 @@ class GradientClippingPolicy : public Policy {
 
 /// Clips the gradients of `params` in place to a total `norm_type`-norm of at most `max_norm`,
 /// with clip_grad_norm_'s arithmetic, and returns the total norm before clipping (no host sync).
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm, double norm_type);
+/// With `ctx` whose gradients are sharded, the norm is that of every rank's gradients together
+/// (the p-th powers of the ranks' norms summed, or their maximum for the max norm).
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm, double norm_type,
+                             const StepContext* ctx = nullptr);
 
 }  // namespace frugal

@@ -6,34 +6,27 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
-#include <map>
+#include "frugal/errors.hpp"
 
 namespace frugal::detail {
 
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, int64_t cap_bytes, Communicator& communicator,
-                                 bool overlap)
-    : params_(std::move(params)), slots_(params_.size()), communicator_(communicator), overlap_(overlap) {
-  // Reverse order: the last layers' gradients come first in backward.
-  std::map<std::pair<std::string, c10::ScalarType>, size_t> open;  // (device, dtype) -> bucket being filled
-  std::vector<int64_t> bytes;
-  for (size_t i = params_.size(); i-- > 0;) {
-    const torch::Tensor& p = params_[i];
-    const auto key = std::make_pair(p.device().str(), p.scalar_type());
-    const int64_t size = p.numel() * static_cast<int64_t>(p.element_size());
-    auto it = open.find(key);
-    if (it == open.end() || (bytes[it->second] > 0 && bytes[it->second] + size > cap_bytes)) {
-      buckets_.emplace_back();
-      bytes.push_back(0);
-      it = open.insert_or_assign(key, buckets_.size() - 1).first;
+                                 bool overlap, BucketReduction reduction)
+    : params_(std::move(params)),
+      layout_(bucket_layout(params_, cap_bytes, reduction == BucketReduction::into_grads ? 1 : communicator.world_size())),
+      slots_(params_.size()),
+      states_(layout_.size()),
+      communicator_(communicator),
+      overlap_(overlap),
+      reduction_(reduction) {
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    for (const auto& e : layout_[b].entries) slots_[e.param] = Slot{b, e.offset};
+    const auto options = params_[layout_[b].entries.front().param].options();
+    if (reduction_ == BucketReduction::scattered) {
+      states_[b].chunk = torch::zeros({layout_[b].chunk()}, options);  // the flat bucket is made when needed
+    } else {
+      states_[b].flat = torch::zeros({layout_[b].padded}, options);
     }
-    Bucket& bucket = buckets_[it->second];
-    slots_[i] = Slot{it->second, bytes[it->second] / static_cast<int64_t>(p.element_size())};
-    bucket.params.push_back(i);
-    bytes[it->second] += size;
-  }
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const torch::Tensor& first = params_[buckets_[b].params.front()];
-    buckets_[b].flat = torch::zeros({bytes[b] / static_cast<int64_t>(first.element_size())}, first.options());
   }
   // The accumulator nodes are kept alive here: a leaf holds its own only weakly, and a new one
   // (without our hook) would be made for the next backward.
@@ -55,46 +48,71 @@ GradientBuckets::~GradientBuckets() {
 void GradientBuckets::arm() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& slot : slots_) slot.ready = false;
-  for (auto& bucket : buckets_) {
-    bucket.waiting = bucket.params.size();
-    bucket.pending.reset();
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    states_[b].waiting = layout_[b].entries.size();
+    states_[b].pending.reset();
   }
   next_to_launch_ = 0;
   armed_ = true;
+}
+
+const torch::Tensor& GradientBuckets::reduced(size_t b) const {
+  return reduction_ == BucketReduction::scattered ? states_.at(b).chunk : states_.at(b).flat;
+}
+
+std::vector<torch::Tensor> GradientBuckets::held() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& s : states_) {
+    if (s.flat.defined()) out.push_back(s.flat);
+    if (s.chunk.defined()) out.push_back(s.chunk);
+  }
+  return out;
+}
+
+torch::Tensor& GradientBuckets::flat_of(size_t b) {
+  State& state = states_[b];
+  if (!state.flat.defined()) {
+    const Bucket& bucket = layout_[b];
+    state.flat = torch::empty({bucket.padded}, params_[bucket.entries.front().param].options());
+    state.flat.narrow(0, bucket.numel, bucket.padded - bucket.numel).zero_();  // the padding adds nothing
+  }
+  return state.flat;
 }
 
 void GradientBuckets::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!armed_ || !overlap_ || slots_[param].ready) return;
   copy_in(param);
-  if (buckets_[slots_[param].bucket].waiting == 0) launch_ready_in_order();
+  if (states_[slots_[param].bucket].waiting == 0) launch_ready_in_order();
 }
 
 void GradientBuckets::copy_in(size_t param) {
   Slot& slot = slots_[param];
-  Bucket& bucket = buckets_[slot.bucket];
   torch::NoGradGuard no_grad;
-  torch::Tensor target = bucket.flat.narrow(0, slot.offset, params_[param].numel());
-  const torch::Tensor& grad = params_[param].grad();
-  if (grad.defined()) {
-    target.copy_(grad.reshape({-1}));
+  torch::Tensor target = flat_of(slot.bucket).narrow(0, slot.offset, params_[param].numel());
+  torch::Tensor& p = params_[param];
+  if (p.grad().defined()) {
+    target.copy_(p.grad().reshape({-1}));
+    // With sharding the bucket is where the gradient lives from now on: the full-size .grad goes.
+    if (reduction_ != BucketReduction::into_grads) p.mutable_grad().reset();
   } else {
     target.zero_();  // unused by this rank's forward pass: contributes nothing to the mean
   }
   slot.ready = true;
-  --bucket.waiting;
+  --states_[slot.bucket].waiting;
 }
 
 void GradientBuckets::launch_ready_in_order() {
-  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].waiting == 0) {
-    launch(buckets_[next_to_launch_++]);
-  }
+  while (next_to_launch_ < layout_.size() && states_[next_to_launch_].waiting == 0) launch(next_to_launch_++);
 }
 
-void GradientBuckets::launch(Bucket& bucket) {
+void GradientBuckets::launch(size_t b) {
+  State& state = states_[b];
+  torch::Tensor& flat = flat_of(b);
   // Divided before the sum, as DistributedDataParallel does: the sum of means is the mean.
-  bucket.flat.div_(static_cast<double>(communicator_.world_size()));
-  bucket.pending = communicator_.start_all_reduce(bucket.flat);
+  flat.div_(static_cast<double>(communicator_.world_size()));
+  state.pending = reduction_ == BucketReduction::scattered ? communicator_.start_reduce_scatter(flat, state.chunk)
+                                                           : communicator_.start_all_reduce(flat);
 }
 
 void GradientBuckets::finish() {
@@ -106,12 +124,18 @@ void GradientBuckets::finish() {
   }
   launch_ready_in_order();
   torch::NoGradGuard no_grad;
-  for (auto& bucket : buckets_) {
-    bucket.pending->wait();
-    bucket.pending.reset();
-    for (size_t i : bucket.params) {
-      torch::Tensor& p = params_[i];
-      const torch::Tensor mean = bucket.flat.narrow(0, slots_[i].offset, p.numel()).view(p.sizes());
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    State& state = states_[b];
+    state.pending->wait();
+    state.pending.reset();
+    if (reduction_ == BucketReduction::scattered) {
+      state.flat = torch::Tensor();  // only this rank's chunk is kept
+      continue;
+    }
+    if (reduction_ != BucketReduction::into_grads) continue;
+    for (const auto& e : layout_[b].entries) {
+      torch::Tensor& p = params_[e.param];
+      const torch::Tensor mean = state.flat.narrow(0, e.offset, e.numel).view(p.sizes());
       if (p.grad().defined()) {
         p.mutable_grad().copy_(mean);
       } else if (mean.any().item<bool>()) {  // used on another rank
