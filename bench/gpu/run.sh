@@ -108,7 +108,7 @@ fi
 # --- Tests: every test binary, side by side, so the GPU-only tests run instead of skipping ----------
 # ("~[python]" leaves out the parity tests, which need the Python reference packages.)
 pids=()
-for t in core precision checkpoint distributed data resnet bert tooling; do
+for t in core precision checkpoint distributed data resnet bert tooling memory; do
   stage "tests_$t" 240 "$bin/frugal_${t}_tests" "~[python]" &
   pids+=($!)
 done
@@ -134,6 +134,9 @@ stage bert_large_auto 120 "${bert[@]}" --precision.mode=bf16 --trainer.max_steps
   --auto_batch.multiple_of=8 --auto_batch.max=512 --auto_batch.cache_file="$logs/batch_sizes.json" "${auto[@]}" \
   --trainer.run_dir="$logs/bert_large_auto"
 grep -h -E "automatic batch size|^bert_squad" "$logs/bert_large_auto.txt"
+# Memory-frugal training (issue 22): the largest BERT-large micro-batch at 384 that fits, without and
+# with activation checkpointing (every layer), and seq/s at each.
+stage bert_large_checkpointing 150 "$bin/frugal_bench_memory" gpu "$results" "$bench_steps" && cat "$logs/bert_large_checkpointing.txt"
 pack
 
 # --- ResNet-50, batch 256, channels-last (auto on CUDA): synthetic images made on the device (the ---

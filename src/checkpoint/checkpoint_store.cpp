@@ -147,7 +147,13 @@ json meta_of(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& opt
   return meta;
 }
 
-[[noreturn]] void write_failed(int64_t step, const fs::path& root, const std::exception& e) {
+// A write that failed: its folder goes (when given), and the error says what the directory still holds.
+[[noreturn]] void write_failed(int64_t step, const fs::path& root, const std::exception& e, const fs::path& tmp = {}) {
+  if (!tmp.empty()) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    fs::remove(root / "latest.tmp", ignored);
+  }
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
   throw CheckpointError(c10::str("writing checkpoint of step ", step, " to ", root.string(), " failed: ",
                                  c10_error ? c10_error->what_without_backtrace() : e.what(), " (the previous checkpoint is untouched)"));
@@ -163,7 +169,7 @@ CheckpointInfo info_from_meta(const fs::path& dir, const json& meta) {
   return info;
 }
 
-ShardContents read_shard(const fs::path& dir, int64_t rank, int64_t world, size_t pieces) {
+ShardContents read_shard_files(const fs::path& dir, int64_t rank, int64_t world, size_t pieces) {
   const fs::path weights = dir / CheckpointStore::shard_file(rank, world, "weights");
   try {
     ShardContents contents;
@@ -215,10 +221,7 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
     publish(tmp, final_dir, records, stage);
     return info_from_meta(final_dir, meta);
   } catch (const std::exception& e) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    fs::remove(root_ / "latest.tmp", ignored);
-    write_failed(step, root_, e);
+    write_failed(step, root_, e, tmp);
   }
 }
 
@@ -311,11 +314,18 @@ CheckpointInfo CheckpointStore::finish_sharded(const TrainingSnapshot& snapshot,
     publish(tmp, final_dir, all, stage);
     return info_from_meta(final_dir, meta);
   } catch (const std::exception& e) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    fs::remove(root_ / "latest.tmp", ignored);
-    write_failed(step, root_, e);
+    write_failed(step, root_, e, tmp);
   }
+}
+
+ShardContents read_shard(const ShardSource& source, int64_t rank) {
+  ShardContents contents = source.read(rank);
+  const size_t pieces = source.info.pieces.at(static_cast<size_t>(rank)).size();
+  if (contents.weights.size() != pieces) {
+    throw CheckpointError(c10::str(source.location, " (shard ", rank, " of ", source.info.world_size, "): ", contents.weights.size(),
+                                   " weight pieces but the layout lists ", pieces));
+  }
+  return contents;
 }
 
 std::shared_ptr<const ShardingInfo> CheckpointStore::sharding_of(const CheckpointInfo& info) const {
@@ -424,7 +434,7 @@ TrainingSnapshot CheckpointStore::read(const CheckpointInfo& info) const {
       source->info = sharding_from_json(meta.at("sharding"));
       source->location = info.dir.string();
       source->read = [dir = info.dir, world = source->info.world_size, pieces = source->info.pieces](int64_t rank) {
-        return read_shard(dir, rank, world, pieces.at(static_cast<size_t>(rank)).size());
+        return read_shard_files(dir, rank, world, pieces.at(static_cast<size_t>(rank)).size());
       };
       s.shards = std::move(source);
     } else {

@@ -19,11 +19,7 @@ std::vector<std::pair<std::string, torch::Tensor>> consolidated_weights(const Ch
   std::map<std::string, int64_t> covered;
   for (int64_t q = 0; q < source.info.world_size; ++q) {
     const auto& table = source.info.pieces[static_cast<size_t>(q)];
-    const ShardContents contents = source.read(q);
-    if (contents.weights.size() != table.size()) {
-      throw CheckpointError(c10::str(source.location, ": shard ", q, " holds ", contents.weights.size(), " weight pieces, its layout ",
-                                     table.size()));
-    }
+    const ShardContents contents = read_shard(source, q);
     for (size_t k = 0; k < table.size(); ++k) {
       const ShardPieceInfo& piece = table[k];
       const auto shape = source.info.shapes.find(piece.param);

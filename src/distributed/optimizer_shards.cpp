@@ -246,10 +246,7 @@ void OptimizerShards::load(const ShardSource* sharded, const std::string& whole_
     const auto& table = source.info.pieces[static_cast<size_t>(q)];
     if (std::none_of(table.begin(), table.end(), overlaps)) continue;  // nothing of ours: not read
     const std::string where = c10::str(source.location, " (shard ", q, " of ", source.info.world_size, ")");
-    const ShardContents contents = source.read(q);
-    if (contents.weights.size() != table.size()) {
-      throw CheckpointError(c10::str(where, ": ", contents.weights.size(), " weight pieces but the layout lists ", table.size()));
-    }
+    const ShardContents contents = read_shard(source, q);
     for (size_t k = 0; k < table.size(); ++k) {
       const ShardPieceInfo& from = table[k];
       for (size_t m = 0; m < s.pieces.size(); ++m) {
@@ -286,10 +283,7 @@ void load_sharded_into_whole(const ShardSource& source, torch::nn::Module& modul
   for (int64_t q = 0; q < source.info.world_size; ++q) {
     const auto& table = source.info.pieces[static_cast<size_t>(q)];
     const std::string where = c10::str(source.location, " (shard ", q, " of ", source.info.world_size, ")");
-    const ShardContents contents = source.read(q);
-    if (contents.weights.size() != table.size()) {
-      throw CheckpointError(c10::str(where, ": ", contents.weights.size(), " weight pieces but the layout lists ", table.size()));
-    }
+    const ShardContents contents = read_shard(source, q);
     for (size_t k = 0; k < table.size(); ++k) {
       const ShardPieceInfo& piece = table[k];
       const auto it = params.find(piece.param);

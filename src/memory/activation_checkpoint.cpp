@@ -1,7 +1,8 @@
 // The checkpoint node: a custom autograd function whose forward runs the segment without a graph
 // and whose backward runs it again with one, under the forward's random and autocast state, then
-// differentiates it (a nested backward, as torch.utils.checkpoint's reentrant variant does, but
-// returning the parameters' gradients to the outer pass instead of accumulating them itself).
+// differentiates it with a nested backward (as torch.utils.checkpoint's reentrant variant does):
+// the parameters' gradients are accumulated into .grad by that nested pass, each as soon as it is
+// ready, so no layer's worth of parameter gradients is held at once.
 #include "frugal/memory/activation_checkpoint.hpp"
 
 #include <ATen/autocast_mode.h>
@@ -154,6 +155,7 @@ struct SegmentState : torch::CustomClassHolder {
   std::vector<OffloadedInput> offloaded;  // with offload: every input, in order (empty otherwise)
   std::optional<RngState> rng;
   AutocastState autocast;
+  bool anchored = false;  // no input needs a gradient: the anchor makes the node part of the graph
 };
 
 // Every tensor that needs a gradient and that the recomputed graph reaches must be one the node
@@ -184,11 +186,10 @@ void check_all_leaves_listed(const variable_list& outputs, const std::unordered_
 
 class CheckpointNode : public torch::autograd::Function<CheckpointNode> {
  public:
-  // `tensors`: the segment's inputs, then its parameters (edges to their gradient accumulators).
   static variable_list forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<SegmentState> state,
                                at::TensorList tensors) {
     ctx->set_materialize_grads(false);
-    const size_t n = state->input_requires_grad.size();
+    const size_t n = state->input_requires_grad.size();  // the rest: the anchor (see activation_checkpoint)
     const variable_list inputs(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(n));
     if (state->options.offload()) {
       for (const auto& x : inputs) state->offloaded.push_back(offload(x));
@@ -202,7 +203,7 @@ class CheckpointNode : public torch::autograd::Function<CheckpointNode> {
   static variable_list backward(torch::autograd::AutogradContext* ctx, variable_list grad_outputs) {
     auto state = c10::static_intrusive_pointer_cast<SegmentState>(ctx->saved_data["state"].toCapsule());
     const size_t n = state->input_requires_grad.size();
-    variable_list result(1 + n + state->parameters.size());  // the state's slot stays undefined
+    variable_list result(1 + n + (state->anchored ? 1 : 0));  // the state's and the anchor's slots stay undefined
     if (std::none_of(grad_outputs.begin(), grad_outputs.end(), [](const torch::Tensor& g) { return g.defined(); })) return result;
 
     variable_list inputs;
@@ -259,26 +260,20 @@ class CheckpointNode : public torch::autograd::Function<CheckpointNode> {
     }
     std::unordered_set<const c10::TensorImpl*> listed;
     variable_list wrt;
-    std::vector<size_t> slot_of;
-    for (size_t i = 0; i < n; ++i) {
-      listed.insert(inputs[i].unsafeGetTensorImpl());
-      if (inputs[i].requires_grad()) {
-        wrt.push_back(inputs[i]);
-        slot_of.push_back(1 + i);
-      }
+    for (const auto& t : inputs) {
+      listed.insert(t.unsafeGetTensorImpl());
+      if (t.requires_grad()) wrt.push_back(t);
     }
-    for (size_t j = 0; j < state->parameters.size(); ++j) {
-      listed.insert(state->parameters[j].unsafeGetTensorImpl());
-      if (state->parameters[j].requires_grad()) {
-        wrt.push_back(state->parameters[j]);
-        slot_of.push_back(1 + n + j);
-      }
+    for (const auto& p : state->parameters) {
+      listed.insert(p.unsafeGetTensorImpl());
+      if (p.requires_grad()) wrt.push_back(p);
     }
     if (differentiate.empty() || wrt.empty()) return result;
     check_all_leaves_listed(differentiate, listed);
-    const variable_list grads =
-        torch::autograd::grad(differentiate, wrt, gradients, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-    for (size_t k = 0; k < grads.size(); ++k) result[slot_of[k]] = grads[k];
+    // Into the parameters' .grad (their accumulators and hooks run here, once each) and the
+    // detached inputs' .grad, which go back to the outer pass.
+    torch::autograd::backward(differentiate, gradients, /*retain_graph=*/false, /*create_graph=*/false, wrt);
+    for (size_t i = 0; i < n; ++i) result[1 + i] = inputs[i].grad();
     return result;
   }
 
@@ -330,8 +325,14 @@ variable_list activation_checkpoint(const Segment& segment, const variable_list&
   if (options.preserve_rng_state()) state->rng = RngState::capture(cuda_devices);
   state->autocast = AutocastState::capture();
 
+  // The parameters are not inputs of the node (their gradients are accumulated inside its
+  // backward); when no input needs a gradient either, a leaf that does keeps the node in the graph.
   std::vector<torch::Tensor> tensors(inputs.begin(), inputs.end());
-  tensors.insert(tensors.end(), parameters.begin(), parameters.end());
+  if (std::none_of(inputs.begin(), inputs.end(), needs_grad)) {
+    thread_local const torch::Tensor anchor = torch::zeros({}, torch::requires_grad());
+    tensors.push_back(anchor);
+    state->anchored = true;
+  }
   return CheckpointNode::apply(std::move(state), at::TensorList(tensors));
 }
 

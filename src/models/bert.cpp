@@ -283,15 +283,18 @@ void BertEncoderImpl::set_activation_checkpointing(const ActivationCheckpointing
     throw OptionError("activation_checkpointing", "BERT takes activation checkpointing off, full, every:K or attention; stage is ResNet's");
   }
   checkpointing_ = plan;
-  for (const auto& module : *layer) {
-    module->as<BertLayerImpl>()->attention->self->set_checkpoint_core(plan.scope == CheckpointScope::attention, plan.options());
+  for (size_t i = 0; i < layer->size(); ++i) {
+    const bool last = i + 1 == layer->size();  // see forward()
+    layer->ptr<BertLayerImpl>(i)->attention->self->set_checkpoint_core(plan.scope == CheckpointScope::attention && !last, plan.options());
   }
 }
 
 torch::Tensor BertEncoderImpl::forward(torch::Tensor hidden, const BertTokens& tokens) {
   for (size_t i = 0; i < layer->size(); ++i) {
     auto block = layer->ptr<BertLayerImpl>(i);
-    if (!checkpointing_.covers_layer(static_cast<int64_t>(i))) {
+    // The last layer is never recomputed: its backward comes right after its forward, so keeping its
+    // activations holds no more memory than recomputing them would (as torch's checkpoint_sequential).
+    if (!checkpointing_.covers_layer(static_cast<int64_t>(i)) || i + 1 == layer->size()) {
       hidden = block->forward(hidden, tokens);
       continue;
     }

@@ -153,15 +153,20 @@ void ResNetImpl::set_activation_checkpointing(const ActivationCheckpointing& pla
 torch::Tensor ResNetImpl::stages(torch::Tensor y) {
   if (!checkpointing_.enabled()) return layer4->forward(layer3->forward(layer2->forward(layer1->forward(y))));
   const ActivationCheckpointOptions options = checkpointing_.options();
+  // The last segment is never recomputed: its backward comes right after its forward, so keeping
+  // its activations holds no more memory than recomputing them would (as torch's checkpoint_sequential).
   int64_t block_index = 0;  // across the stages, for every:K
+  const int64_t blocks = static_cast<int64_t>(layer1->size() + layer2->size() + layer3->size() + layer4->size());
   for (torch::nn::Sequential stage : {layer1, layer2, layer3, layer4}) {
     if (checkpointing_.scope == CheckpointScope::stage) {
-      y = activation_checkpoint(*stage, [stage](const torch::Tensor& x) mutable { return stage->forward(x); }, y, options);
+      y = stage.ptr() == layer4.ptr() ? stage->forward(y)
+                                      : activation_checkpoint(*stage, [stage](const torch::Tensor& x) mutable { return stage->forward(x); }, y, options);
       continue;
     }
     for (size_t i = 0; i < stage->size(); ++i) {
       auto block = stage->ptr<ResidualBlockImpl>(i);
-      if (checkpointing_.covers_layer(block_index++)) {
+      const int64_t index = block_index++;
+      if (checkpointing_.covers_layer(index) && index + 1 < blocks) {
         y = activation_checkpoint(*block, [block](const torch::Tensor& x) { return block->forward(x); }, y, options);
       } else {
         y = block->forward(y);

@@ -65,7 +65,7 @@ TEST_CASE("a run stopped and resumed from its checkpoint ends bitwise equal to a
   CHECK_FALSE(torch::equal(flat_parameters(*clean.net), flat_parameters(*off.net)));
 }
 
-TEST_CASE("a checkpoint of another architecture is refused with the reason; another world size keeps the epoch's position",
+TEST_CASE("a checkpoint of another architecture is refused with the reason, and another world size keeps the epoch's position",
           "[checkpoint][resume]") {
   const auto root = scratch_dir("resume_mismatch");
   Run writer = make_run(root, 4, 1);

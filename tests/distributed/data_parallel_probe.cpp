@@ -11,6 +11,7 @@
 //   die       rank 1 exits at micro-step 5: the others fail with a CommunicationError
 //   resume    checkpoints in dir=...; prints a digest of the final weights
 //   preempt   rank 1 alone gets SIGUSR1 at step 4: every rank stops there, rank 0 checkpoints
+//   (shard=optimizer|gradients: the same with sharded optimizer state; every rank writes its shard)
 #include <torch/torch.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "frugal/frugal.hpp"
 #include "support/counting_communicator.hpp"
 #include "support/fixtures.hpp"
+#include "support/probe_args.hpp"
 
 namespace {
 
@@ -44,20 +46,10 @@ struct ProbeNetImpl : torch::nn::Cloneable<ProbeNetImpl> {
 };
 TORCH_MODULE(ProbeNet);
 
-struct Args {
-  std::string mode;
-  std::map<std::string, std::string> values;
-  std::string get(const std::string& key, const std::string& fallback) const {
-    auto it = values.find(key);
-    return it == values.end() ? fallback : it->second;
-  }
-  int64_t num(const std::string& key, int64_t fallback) const { return std::stoll(get(key, std::to_string(fallback))); }
-};
-
 // Watches every micro-step: the collectives it started, the weights after each optimizer step,
 // and the mode's fault (an overflow, a signal, a dying rank).
 struct Recorder : frugal::Policy {
-  Recorder(const Args& args, CountingCommunicator* counter, int64_t rank) : args_(args), counter_(counter), rank_(rank) {}
+  Recorder(const frugal::testing::ProbeArgs& args, CountingCommunicator* counter, int64_t rank) : args_(args), counter_(counter), rank_(rank) {}
   std::string name() const override { return "recorder"; }
   void on_step_begin(frugal::StepContext& ctx) override {
     if (args_.mode == "die" && rank_ == 1 && ctx.state().micro_step == 5) std::_Exit(0);
@@ -93,7 +85,7 @@ struct Recorder : frugal::Policy {
     return all.empty() ? torch::Tensor() : torch::cat(all);
   }
 
-  const Args& args_;
+  const frugal::testing::ProbeArgs& args_;
   CountingCommunicator* counter_;
   int64_t rank_;
   int64_t at_begin_ = 0;
@@ -112,7 +104,7 @@ struct Run {
 
 // One fit: with `communicator` data-parallel (batch b per rank), without it one process on
 // batches of b x world (the concatenation of the ranks' batches).
-Run train(const Args& args, std::shared_ptr<CountingCommunicator> communicator, int64_t world) {
+Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<CountingCommunicator> communicator, int64_t world) {
   Run run;
   const int64_t rank = communicator ? communicator->rank() : 0;
   torch::manual_seed(static_cast<uint64_t>(100 + rank));  // rank 0's weights must win the broadcast
@@ -135,7 +127,8 @@ Run train(const Args& args, std::shared_ptr<CountingCommunicator> communicator, 
                           .overlap(args.get("overlap", "true") == "true")
                           .buffers(args.get("buffers", "broadcast") == "average" ? frugal::BufferSync::average
                                    : args.get("buffers", "broadcast") == "off"   ? frugal::BufferSync::off
-                                                                                 : frugal::BufferSync::broadcast)));
+                                                                                 : frugal::BufferSync::broadcast)
+                          .shard(frugal::parse_shard_mode(args.get("shard", "off")))));
   }
   const int64_t accumulate = args.num("accumulate", 1);
   if (accumulate > 1 || args.mode == "oom") {
@@ -162,7 +155,7 @@ bool equal_on_all_ranks(frugal::Communicator& comm, const torch::Tensor& local) 
   return !comm.any(!torch::equal(root[0], local));  // every rank gives the same answer
 }
 
-int run(const Args& args) {
+int run(const frugal::testing::ProbeArgs& args) {
   torch::set_num_threads(1);
   const frugal::World world = frugal::detect_world(frugal::process_environment());
   auto raw = frugal::connect(world, frugal::CommunicatorOptions().backend("gloo").timeout_seconds(args.mode == "die" ? 5 : 60));
@@ -251,22 +244,4 @@ int run(const Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Args args;
-  args.mode = argc > 1 ? argv[1] : "parity";
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto eq = a.find('=');
-    if (eq == std::string::npos) {
-      std::cerr << "probe: expected key=value, got '" << a << "'\n";
-      return 2;
-    }
-    args.values[a.substr(0, eq)] = a.substr(eq + 1);
-  }
-  try {
-    return run(args);
-  } catch (const std::exception& e) {
-    std::cout << "probe: " << e.what() << std::endl;
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return frugal::testing::probe_main(argc, argv, "parity", run); }

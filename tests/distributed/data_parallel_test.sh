@@ -25,11 +25,13 @@ parity)
     echo "ok: $n processes, $*"
   done ;;
 oom)
-  out=$(launch 2 oom) || fail "$out"
-  expect_all "$out" 2 "oom ok: every rank went on with micro-batches of 2"
-  expect_all "$out" 2 "parity ok"
-  echo "$out" | grep "parity ok" | head -1
-  echo "ok: rank 1 alone out of memory: both ranks halve, same weights as one process" ;;
+  for shard in off gradients; do
+    out=$(launch 2 oom shard=$shard) || fail "shard=$shard: $out"
+    expect_all "$out" 2 "oom ok: every rank went on with micro-batches of 2"
+    expect_all "$out" 2 "parity ok"
+    echo "$out" | grep "parity ok" | head -1
+    echo "ok: shard=$shard, rank 1 alone out of memory: both ranks halve, same weights as one process"
+  done ;;
 overflow)
   out=$(launch 2 overflow) || fail "$out"
   expect_all "$out" 2 "overflow ok: skipped 1 of"
@@ -66,10 +68,13 @@ resume)
   expect_all "$other" 3 "stopped at step 18"
   echo "ok: a 2-process checkpoint resumes on 3 processes, at the same place in the epoch" ;;
 preempt)
-  out=$(launch 2 preempt dir=run max_steps=12) || fail "$out"
-  expect_all "$out" 2 "stopped at step 4: checkpoint: pre-empted"
-  echo "$out" | grep -q "latest checkpoint .*0*4$" || fail "rank 0 wrote no checkpoint of step 4: $out"
-  echo "ok: a signal to one rank stops every rank at the same step, with a checkpoint" ;;
+  for shard in off gradients; do
+    out=$(launch 2 preempt dir=run-$shard max_steps=12 shard=$shard) || fail "shard=$shard: $out"
+    expect_all "$out" 2 "stopped at step 4: checkpoint: pre-empted"
+    echo "$out" | grep -q "latest checkpoint .*0*4$" || fail "shard=$shard: rank 0 wrote no checkpoint of step 4: $out"
+    echo "ok: shard=$shard, a signal to one rank stops every rank at the same step, with a checkpoint"
+  done
+  ls run-gradients/checkpoints/ckpt-000000004/shard-0000{0,1}-of-00002.optimizer.pt > /dev/null || fail "no shard of each rank" ;;
 *) fail "unknown scenario $scenario" ;;
 esac
 echo PASS

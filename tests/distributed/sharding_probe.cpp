@@ -18,6 +18,7 @@
 
 #include "frugal/frugal.hpp"
 #include "support/fixtures.hpp"
+#include "support/probe_args.hpp"
 
 namespace {
 
@@ -33,16 +34,6 @@ struct ProbeNetImpl : torch::nn::Cloneable<ProbeNetImpl> {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };
 TORCH_MODULE(ProbeNet);
-
-struct Args {
-  std::string mode;
-  std::map<std::string, std::string> values;
-  std::string get(const std::string& key, const std::string& fallback) const {
-    auto it = values.find(key);
-    return it == values.end() ? fallback : it->second;
-  }
-  int64_t num(const std::string& key, int64_t fallback) const { return std::stoll(get(key, std::to_string(fallback))); }
-};
 
 // Records the parameters after each optimizer step, and makes rank 1's loss overflow at step 3.
 struct Recorder : frugal::Policy {
@@ -81,7 +72,7 @@ struct Run {
   frugal::FitResult result;
 };
 
-Run train(const Args& args, std::shared_ptr<frugal::Communicator> comm, frugal::ShardMode shard, bool parity) {
+Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<frugal::Communicator> comm, frugal::ShardMode shard, bool parity) {
   Run run;
   const int64_t rank = comm ? comm->rank() : 0;
   torch::manual_seed(static_cast<uint64_t>(100 + rank));  // rank 0's weights win the broadcast
@@ -114,7 +105,7 @@ Run train(const Args& args, std::shared_ptr<frugal::Communicator> comm, frugal::
   return run;
 }
 
-int run(const Args& args) {
+int run(const frugal::testing::ProbeArgs& args) {
   torch::set_num_threads(1);
   const frugal::World world = frugal::detect_world(frugal::process_environment());
   std::shared_ptr<frugal::Communicator> comm;
@@ -172,22 +163,4 @@ int run(const Args& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Args args;
-  args.mode = argc > 1 ? argv[1] : "parity";
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto eq = a.find('=');
-    if (eq == std::string::npos) {
-      std::cerr << "probe: expected key=value, got '" << a << "'\n";
-      return 2;
-    }
-    args.values[a.substr(0, eq)] = a.substr(eq + 1);
-  }
-  try {
-    return run(args);
-  } catch (const std::exception& e) {
-    std::cout << "probe: " << e.what() << std::endl;
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return frugal::testing::probe_main(argc, argv, "parity", run); }

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <optional>
 
+#include "distributed/detail/gradient_buckets.hpp"
 #include "support/fixtures.hpp"
 #include "tooling/detail/cpu_memory_meter.hpp"
 
@@ -181,6 +182,29 @@ TEST_CASE("activation checkpointing: gradient accumulator hooks fire once per ba
   for (size_t i = 0; i < fired.size(); ++i) CHECK(fired[i] == 1);
   for (auto& [accumulator, key] : hooks) accumulator->del_post_hook(key);
 
+  // A layer used by two segments: its accumulator runs once per segment. Reduced after backward
+  // (no overlap) the parts add up; overlapped, the second part comes after the bucket was sent: an
+  // error that says so, not a silently wrong gradient.
+  {
+    SingleProcessCommunicator alone;
+    const auto shared = net.layers[0]->parameters();
+    const torch::Tensor x = torch::randn({4, 16});
+    auto twice = [&](bool checkpointed, bool overlap) {
+      frugal::detail::GradientBuckets buckets(shared, 1 << 20, alone, overlap, frugal::detail::BucketReduction::scattered);
+      for (auto& p : shared) p.mutable_grad().reset();
+      buckets.arm();
+      torch::Tensor h = x;
+      for (int k = 0; k < 2; ++k) {
+        h = checkpointed ? activation_checkpoint([&net](const variable_list& in) { return variable_list{net.layer(0, in[0])}; }, {h}, shared)[0]
+                         : net.layer(0, h);
+      }
+      h.sum().backward();
+      buckets.finish();
+      return buckets.reduced(0).clone();
+    };
+    CHECK(torch::allclose(twice(true, false), twice(false, true), 1e-6, 1e-7));
+    CHECK_THROWS_WITH(twice(true, true), Catch::Contains("several activation-checkpointed segments"));
+  }
   // The segment reads layer 1's weights but lists layer 0's: its gradients would be lost.
   torch::Tensor y = activation_checkpoint([&net](const variable_list& in) { return variable_list{net.layer(1, in[0])}; },
                                           {torch::randn({4, 16})}, net.layers[0]->parameters())[0];

@@ -200,3 +200,31 @@ TEST_CASE("memory report: views of one storage are counted once", "[memory]") {
   CHECK(storage_bytes({whole, whole.narrow(0, 0, 10), whole.view({10, 100})}) == 4000);
   CHECK(storage_bytes({whole, torch::zeros({10}), torch::Tensor()}) == 4040);
 }
+
+TEST_CASE("sharded gradients over NCCL on CUDA: reduce-scatter, the sharded step and the all-gather equal unsharded training",
+          "[memory][gpu]") {
+  if (!torch::cuda::is_available()) {
+    std::cout << "SKIPPED: no CUDA device on this machine (NCCL's reduce-scatter and all-gather of the sharded optimizer)\n";
+    return;
+  }
+  Seeded seeded;
+  World world;  // one rank with an explicit backend: a real NCCL process group, even alone
+  world.master_port = 29731;
+  auto nccl = connect(world, CommunicatorOptions().backend("nccl").timeout_seconds(60));
+  auto train = [&](ShardMode shard) {
+    torch::manual_seed(11);
+    TinyNet net(4, 64, 3);
+    Trainer trainer(Model(net.ptr(), cross_entropy()),
+                    [](torch::nn::Module& m) { return std::make_unique<FusedAdamW>(m.parameters(), torch::optim::AdamWOptions(0.01)); },
+                    blobs(64), TrainerOptions().device("cuda").max_steps(6).run_dir(""), DataLoaderOptions().batch_size(8));
+    trainer.add_policy(std::make_shared<DataParallelPolicy>(nccl, DataParallelOptions().bucket_cap_mb(0.001).shard(shard)));
+    trainer.add_policy(std::make_shared<GradientClippingPolicy>(GradientClippingOptions().mode(ClipMode::norm).max_norm(0.1)));
+    trainer.fit();
+    return flat_parameters(*net).cpu();
+  };
+  const torch::Tensor whole = train(ShardMode::off);
+  for (const ShardMode shard : {ShardMode::optimizer, ShardMode::gradients}) {
+    INFO(to_string(shard));
+    CHECK(torch::allclose(train(shard), whole, 1e-5, 1e-6));
+  }
+}

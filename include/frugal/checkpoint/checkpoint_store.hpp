@@ -111,4 +111,8 @@ class CheckpointStore {
 
 std::string to_string(WeightsDtype dtype);
 
+/// Rank `rank`'s part of a sharded checkpoint; CheckpointError naming the shard when it does not
+/// hold what the layout lists.
+ShardContents read_shard(const ShardSource& source, int64_t rank);
+
 }  // namespace frugal

@@ -12,9 +12,12 @@
 //   - the autocast state (enabled, dtype, per device type) of the forward pass;
 //   - the buffers given (BatchNorm's running statistics), so a segment's statistics are updated
 //     once, not twice.
-// The segment's parameters are inputs of the checkpoint node, so their gradients reach their
-// gradient accumulators through the outer backward pass: hooks on those accumulators (the data
-// parallel buckets') fire once per backward, as without checkpointing. A segment that uses a
+// The parameters' gradients are accumulated into .grad by the recomputation's own backward, each as
+// soon as it is ready (holding a layer's worth of them until the segment is done would cost as much
+// memory again as its largest activation); hooks on their gradient accumulators (the data-parallel
+// buckets') fire there, once per backward for a parameter used in one segment. A parameter used
+// by several segments has its accumulator run once per segment: the buckets take the later parts
+// as long as the bucket is not sent yet (and say so clearly otherwise). A segment that uses a
 // tensor needing a gradient without listing it among its parameters is a TrainingError.
 // Outside grad mode (evaluation) the segment simply runs.
 //

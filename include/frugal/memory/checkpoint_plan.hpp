@@ -9,6 +9,8 @@
 //              the part that grows with the square of the sequence: cheap to recompute
 //   stage      ResNet only: each of the four stages as one segment (fewest saved inputs, the
 //              recomputation holds one stage's activations at a time)
+// The last segment (layer, block, stage) is never recomputed: its backward comes right after its
+// forward, so keeping its activations holds no more memory than recomputing them would.
 // `offload` moves the saved inputs to pinned host memory on CUDA (ignored on the CPU).
 //
 //   auto plan = frugal::ActivationCheckpointing::parse("every:2", "model.activation_checkpointing");

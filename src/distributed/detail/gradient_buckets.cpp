@@ -81,7 +81,11 @@ torch::Tensor& GradientBuckets::flat_of(size_t b) {
 
 void GradientBuckets::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!armed_ || !overlap_ || slots_[param].ready) return;
+  if (!armed_ || !overlap_) return;
+  if (slots_[param].ready) {
+    another_part(param);
+    return;
+  }
   copy_in(param);
   if (states_[slots_[param].bucket].waiting == 0) launch_ready_in_order();
 }
@@ -100,6 +104,27 @@ void GradientBuckets::copy_in(size_t param) {
   }
   slot.ready = true;
   --states_[slot.bucket].waiting;
+}
+
+void GradientBuckets::another_part(size_t param) {
+  // A parameter whose accumulator ran twice in one backward (used by two activation-checkpointed
+  // segments, each accumulating its own part): fine while its bucket waits, lost once it is sent.
+  Slot& slot = slots_[param];
+  torch::Tensor& p = params_[param];
+  if (states_[slot.bucket].pending) {
+    throw TrainingError(c10::str("data parallel: a second gradient for a parameter of shape ", p.sizes(),
+                                 " arrived after its bucket was sent (a parameter used by several activation-checkpointed "
+                                 "segments?): checkpoint them as one segment, or set distributed.overlap=false"));
+  }
+  if (!p.grad().defined()) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor target = flat_of(slot.bucket).narrow(0, slot.offset, p.numel());
+  if (reduction_ == BucketReduction::into_grads) {
+    target.copy_(p.grad().reshape({-1}));  // .grad holds the sum so far
+  } else {
+    target.add_(p.grad().reshape({-1}));  // .grad was released after the first part: this is the new one
+    p.mutable_grad().reset();
+  }
 }
 
 void GradientBuckets::launch_ready_in_order() {

@@ -63,6 +63,7 @@ class GradientBuckets {
   };
   void on_gradient_ready(size_t param);
   void copy_in(size_t param);
+  void another_part(size_t param);
   void launch_ready_in_order();
   void launch(size_t bucket);
   torch::Tensor& flat_of(size_t bucket);
