@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include "bench_result.hpp"
+#include "bert_workload.hpp"
 #include "interleaved.hpp"
 #include "frugal/frugal.hpp"
 #include "python_baseline.hpp"
@@ -41,27 +42,6 @@ std::vector<int64_t> spread_lengths(int64_t batch, int64_t seq, double padding) 
   return lengths;
 }
 
-// One fixed batch of random token ids, padded (id 0) after the given lengths, served for every
-// index (the model is what is measured).
-class RandomTokens : public frugal::Dataset {
- public:
-  RandomTokens(int64_t vocab, int64_t seq, const std::vector<int64_t>& lengths) : size_(static_cast<int64_t>(lengths.size())) {
-    torch::Generator gen = at::detail::createCPUGenerator(0);
-    mask_ = torch::arange(seq).unsqueeze(0).lt(torch::tensor(lengths).unsqueeze(1)).to(torch::kInt64);
-    ids_ = torch::randint(1, vocab, {size_, seq}, gen, torch::kInt64) * mask_;
-    positions_ = (torch::rand({size_, 2}, gen) * (torch::tensor(lengths).unsqueeze(1) - 1)).to(torch::kInt64);
-  }
-  int64_t size() const override { return size_; }
-  frugal::Batch get_batch(const std::vector<int64_t>& indices) const override {
-    const torch::Tensor at = torch::tensor(indices, torch::kInt64);
-    const torch::Tensor ids = ids_.index_select(0, at);
-    return {ids, positions_.index_select(0, at), {{"token_type_ids", torch::zeros_like(ids)}, {"attention_mask", mask_.index_select(0, at)}}};
-  }
-
- private:
-  int64_t size_;
-  torch::Tensor ids_, mask_, positions_;
-};
 
 frugal::BertConfig config_of(int64_t hidden, int64_t layers, int64_t heads) {
   frugal::BertConfig c;
@@ -79,18 +59,8 @@ double fit_seconds(const frugal::BertConfig& config, int64_t seq, const std::vec
   frugal::BertForQuestionAnswering net(config);
   net->bert->set_unpad(unpad);
   const auto batch = static_cast<int64_t>(lengths.size());
-  frugal::Model model(net.ptr(), frugal::LossFn<frugal::BertForQuestionAnsweringImpl>([](frugal::BertForQuestionAnsweringImpl& n,
-                                                                                         const frugal::Batch& b) {
-                        auto [s, e] = n.forward(b.input, b.extra.at("token_type_ids"), b.extra.at("attention_mask"));
-                        return frugal::question_answering_loss(s, e, b.target.select(1, 0), b.target.select(1, 1));
-                      }));
   frugal::Trainer trainer(
-      model,
-      [](torch::nn::Module& m) {
-        const auto o = torch::optim::AdamWOptions(3e-5).eps(1e-6).weight_decay(0.01);
-        return std::make_unique<frugal::FusedAdamW>(frugal::weight_decay_groups(m, o, frugal::is_bias_or_layer_norm), o);
-      },
-      std::make_shared<RandomTokens>(config.vocab_size, seq, lengths),
+      frugal::bench::qa_model(net), frugal::bench::qa_adamw, std::make_shared<frugal::bench::RandomTokens>(config.vocab_size, seq, lengths),
       frugal::TrainerOptions()
           .max_steps(steps)
           .max_epochs(steps)

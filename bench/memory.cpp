@@ -33,6 +33,7 @@
 #include <stdexcept>
 
 #include "bench_result.hpp"
+#include "bert_workload.hpp"
 #include "frugal/frugal.hpp"
 #include "interleaved.hpp"
 #include "tooling/detail/cpu_memory_meter.hpp"
@@ -63,8 +64,7 @@ class BertStep {
       : net_(seeded(config)), device_(device), bf16_(bf16) {
     net_->bert->encoder->set_activation_checkpointing(frugal::ActivationCheckpointing::parse(plan));
     net_->to(device);
-    const auto o = torch::optim::AdamWOptions(3e-5).eps(1e-6).weight_decay(0.01);
-    optimizer_ = std::make_unique<frugal::FusedAdamW>(frugal::weight_decay_groups(*net_, o, frugal::is_bias_or_layer_norm), o);
+    optimizer_ = frugal::bench::qa_adamw(*net_);
     net_->train();
     resize(batch, seq);
     run();
@@ -198,20 +198,6 @@ struct StepClock : frugal::Policy {
   std::vector<double> seconds;
 };
 
-class FixedTokens : public frugal::Dataset {
- public:
-  FixedTokens(int64_t vocab, int64_t seq, int64_t n) : ids_(torch::randint(1, vocab, {n, seq})) {}
-  int64_t size() const override { return ids_.size(0); }
-  frugal::Batch get_batch(const std::vector<int64_t>& indices) const override {
-    const torch::Tensor ids = ids_.index_select(0, torch::tensor(indices, torch::kInt64));
-    const torch::Tensor positions = torch::ones({ids.size(0), 2}, torch::kInt64);
-    return {ids, positions, {{"token_type_ids", torch::zeros_like(ids)}, {"attention_mask", torch::ones_like(ids)}}};
-  }
-
- private:
-  torch::Tensor ids_;
-};
-
 int sharded(const std::string& results, const Shape& s, int64_t steps) {
   torch::set_num_threads(1);
   const frugal::World world = frugal::detect_world(frugal::process_environment());
@@ -222,18 +208,9 @@ int sharded(const std::string& results, const Shape& s, int64_t steps) {
   auto train = [&](frugal::ShardMode mode) {
     torch::manual_seed(0);
     frugal::BertForQuestionAnswering net(s.config());
-    frugal::Model model(net.ptr(), frugal::LossFn<frugal::BertForQuestionAnsweringImpl>([](frugal::BertForQuestionAnsweringImpl& n,
-                                                                                           const frugal::Batch& b) {
-                          auto [start, end] = n.forward(b.input, b.extra.at("token_type_ids"), b.extra.at("attention_mask"));
-                          return frugal::question_answering_loss(start, end, b.target.select(1, 0), b.target.select(1, 1));
-                        }));
     frugal::Trainer trainer(
-        model,
-        [](torch::nn::Module& m) {
-          const auto o = torch::optim::AdamWOptions(3e-5).eps(1e-6).weight_decay(0.01);
-          return std::make_unique<frugal::FusedAdamW>(frugal::weight_decay_groups(m, o, frugal::is_bias_or_layer_norm), o);
-        },
-        std::make_shared<FixedTokens>(s.config().vocab_size, s.seq, 64),
+        frugal::bench::qa_model(net), frugal::bench::qa_adamw,
+        std::make_shared<frugal::bench::RandomTokens>(s.config().vocab_size, s.seq, std::vector<int64_t>(64, s.seq)),
         frugal::TrainerOptions().device("cpu").max_steps(steps).max_epochs(steps).run_dir("").log_every_n_steps(1),
         frugal::DataLoaderOptions().batch_size(s.batch).shuffle(false));
     trainer.add_policy(std::make_shared<frugal::DataParallelPolicy>(comm, frugal::DataParallelOptions().shard(mode)));

@@ -71,16 +71,7 @@ std::function<bool(const std::string&)> files_read_by(const CheckpointStore& sto
   if (!theirs) return nullptr;
   const auto& shards = trainer.optimizer_shards();
   std::set<std::string> needed;
-  for (int64_t q = 0; q < theirs->world_size; ++q) {
-    bool overlaps = !shards;
-    if (shards) {
-      for (const auto& mine : shards->info()->pieces.at(static_cast<size_t>(trainer.rank()))) {
-        for (const auto& p : theirs->pieces[static_cast<size_t>(q)]) {
-          overlaps = overlaps || (p.param == mine.param && std::max(p.begin, mine.begin) < std::min(p.begin + p.numel, mine.begin + mine.numel));
-        }
-      }
-    }
-    if (!overlaps) continue;
+  for (const int64_t q : overlapping_shards(*theirs, shards ? &shards->info()->pieces.at(static_cast<size_t>(trainer.rank())) : nullptr)) {
     for (const char* kind : {"weights", "optimizer"}) needed.insert(CheckpointStore::shard_file(q, theirs->world_size, kind));
   }
   return [needed](const std::string& name) { return name.rfind("shard-", 0) != 0 || needed.count(name) > 0; };

@@ -5,9 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -316,6 +318,26 @@ CheckpointInfo CheckpointStore::finish_sharded(const TrainingSnapshot& snapshot,
   } catch (const std::exception& e) {
     write_failed(step, root_, e, tmp);
   }
+}
+
+std::vector<int64_t> overlapping_shards(const ShardingInfo& written, const std::vector<ShardPieceInfo>* wanted) {
+  std::map<std::string, std::vector<const ShardPieceInfo*>> by_param;
+  if (wanted) {
+    for (const auto& p : *wanted) by_param[p.param].push_back(&p);
+  }
+  std::vector<int64_t> ranks;
+  for (int64_t q = 0; q < written.world_size; ++q) {
+    const bool needed = !wanted || std::any_of(written.pieces[static_cast<size_t>(q)].begin(), written.pieces[static_cast<size_t>(q)].end(),
+                                               [&](const ShardPieceInfo& p) {
+                                                 const auto it = by_param.find(p.param);
+                                                 if (it == by_param.end()) return false;
+                                                 return std::any_of(it->second.begin(), it->second.end(), [&](const ShardPieceInfo* w) {
+                                                   return std::max(p.begin, w->begin) < std::min(p.begin + p.numel, w->begin + w->numel);
+                                                 });
+                                               });
+    if (needed) ranks.push_back(q);
+  }
+  return ranks;
 }
 
 ShardContents read_shard(const ShardSource& source, int64_t rank) {

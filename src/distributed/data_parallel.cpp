@@ -70,7 +70,7 @@ void DataParallelPolicy::on_fit_begin(const Trainer& trainer) {
   const detail::BucketReduction reduction = options_.shard() == ShardMode::gradients ? detail::BucketReduction::scattered
                                             : options_.shard() == ShardMode::optimizer ? detail::BucketReduction::in_buckets
                                                                                        : detail::BucketReduction::into_grads;
-  if (!buckets_) buckets_ = std::make_unique<detail::GradientBuckets>(std::move(trained), cap_bytes(), *communicator_, options_.overlap(), reduction);
+  buckets_ = std::make_unique<detail::GradientBuckets>(std::move(trained), cap_bytes(), *communicator_, options_.overlap(), reduction);
   log::info(c10::str("data parallel: rank ", communicator_->rank(), " of ", communicator_->world_size(), " (",
                      communicator_->backend(), "), gradients in ", buckets_->size(), " bucket(s) of up to ",
                      options_.bucket_cap_mb(), " MB", options_.overlap() ? ", overlapped with backward" : "",
@@ -108,10 +108,7 @@ void DataParallelPolicy::check_replicas_agree(const Trainer& trainer) const {
   }
 }
 
-void DataParallelPolicy::on_fit_end(const Trainer&) {
-  // The buckets' hooks stay with the parameters while sharded: the next fit's gradients must land in them.
-  if (!shards_) buckets_.reset();
-}
+void DataParallelPolicy::on_fit_end(const Trainer&) { buckets_.reset(); }
 
 torch::Tensor DataParallelPolicy::transform_loss(StepContext& ctx, torch::Tensor loss) {
   // Boundaries are settled by now (on_step_begin ran for every policy): only their backward

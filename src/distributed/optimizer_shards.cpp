@@ -231,20 +231,9 @@ void OptimizerShards::load(const ShardSource* sharded, const std::string& whole_
   }
   const ShardSource& source = *sharded;
   const size_t groups = optimizer.param_groups().size();
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> wanted;  // name -> this rank's ranges
-  for (const auto& piece : s.pieces) wanted[s.names[piece.where.param]].emplace_back(piece.where.begin, piece.where.numel);
-  auto overlaps = [&](const ShardPieceInfo& p) {
-    const auto it = wanted.find(p.param);
-    if (it == wanted.end()) return false;
-    for (const auto& [begin, numel] : it->second) {
-      if (std::max(begin, p.begin) < std::min(begin + numel, p.begin + p.numel)) return true;
-    }
-    return false;
-  };
   std::vector<int64_t> covered(s.pieces.size(), 0);
-  for (int64_t q = 0; q < source.info.world_size; ++q) {
+  for (const int64_t q : overlapping_shards(source.info, &s.info->pieces.at(static_cast<size_t>(s.rank)))) {  // only those
     const auto& table = source.info.pieces[static_cast<size_t>(q)];
-    if (std::none_of(table.begin(), table.end(), overlaps)) continue;  // nothing of ours: not read
     const std::string where = c10::str(source.location, " (shard ", q, " of ", source.info.world_size, ")");
     const ShardContents contents = read_shard(source, q);
     for (size_t k = 0; k < table.size(); ++k) {

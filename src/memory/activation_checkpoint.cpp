@@ -158,8 +158,8 @@ struct SegmentState : torch::CustomClassHolder {
   bool anchored = false;  // no input needs a gradient: the anchor makes the node part of the graph
 };
 
-// Every tensor that needs a gradient and that the recomputed graph reaches must be one the node
-// returns gradients for: any other would silently get none.
+// Every tensor that needs a gradient and that the recomputed graph reaches must be one its backward
+// is asked for (an input or a listed parameter): any other would silently get none.
 void check_all_leaves_listed(const variable_list& outputs, const std::unordered_set<const c10::TensorImpl*>& listed) {
   std::vector<torch::autograd::Node*> stack;
   std::unordered_set<torch::autograd::Node*> seen;

@@ -4,15 +4,8 @@
 #   data_parallel_test.sh PROBE PYTHON WORK_DIR SCENARIO
 set -uo pipefail
 probe="$1"; python="$2"; work="$3"; scenario="$4"
+source "$(dirname "$0")/torchrun_probe.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-launch() {  # nprocs, probe args...
-  local n="$1"; shift
-  timeout 180 "$python" -m torch.distributed.run --standalone --nproc-per-node="$n" --no-python "$probe" "$@" 2>&1
-}
-expect_all() {  # output, nprocs, pattern: every rank printed the pattern
-  [ "$(echo "$1" | grep -c "$3")" -eq "$2" ] || fail "not every one of $2 ranks printed '$3': $1"
-}
 
 case "$scenario" in
 parity)

@@ -4,15 +4,8 @@
 #   sharding_test.sh PROBE PYTHON FRUGAL_CHECKPOINT WORK_DIR SCENARIO
 set -uo pipefail
 probe="$1"; python="$2"; tool="$3"; work="$4"; scenario="$5"
+source "$(dirname "$0")/torchrun_probe.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-launch() {  # nprocs, probe args...
-  local n="$1"; shift
-  timeout 240 "$python" -m torch.distributed.run --standalone --nproc-per-node="$n" --no-python "$probe" "$@" 2>&1
-}
-expect_all() {  # output, nprocs, pattern
-  [ "$(echo "$1" | grep -c "$3")" -eq "$2" ] || fail "not every one of $2 ranks printed '$3': $1"
-}
 close() {  # a b what: the parameter files agree to relative 1e-6
   "$python" - "$1" "$2" <<'PY' || fail "$3"
 import sys, numpy as np

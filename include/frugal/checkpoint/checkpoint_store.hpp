@@ -111,6 +111,10 @@ class CheckpointStore {
 
 std::string to_string(WeightsDtype dtype);
 
+/// The ranks of `written` whose pieces overlap any of `wanted` (one rank's pieces in another
+/// layout): the shards a rank must read to resume. Every rank when `wanted` is null (a whole model).
+std::vector<int64_t> overlapping_shards(const ShardingInfo& written, const std::vector<ShardPieceInfo>* wanted);
+
 /// Rank `rank`'s part of a sharded checkpoint; CheckpointError naming the shard when it does not
 /// hold what the layout lists.
 ShardContents read_shard(const ShardSource& source, int64_t rank);

@@ -88,7 +88,6 @@ class Trainer {
   /// The optimizer the factory built; with a sharded optimizer (a policy's optimizer_shards) it
   /// updates this rank's pieces of the parameters.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
   /// The shards of a sharded optimizer, or nullptr.
   const std::shared_ptr<OptimizerShards>& optimizer_shards() const { return shards_; }
   const std::vector<std::shared_ptr<Policy>>& policies() const { return policies_; }
