@@ -30,7 +30,8 @@ void ProfilerOptions::validate() const {
 bool is_compute_bound_kernel(const std::string& name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* part : {"gemm", "cutlass", "cublas", "conv", "cudnn", "xmma", "flash", "fmha", "attention", "wgrad", "dgrad"}) {
+  for (const char* part : {"gemm", "cutlass", "cublas", "nvjet", "conv", "cudnn", "xmma", "wgmma", "flash", "fmha", "attention", "wgrad",
+                           "dgrad"}) {
     if (lower.find(part) != std::string::npos) return true;
   }
   return false;

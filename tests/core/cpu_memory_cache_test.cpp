@@ -115,7 +115,8 @@ TEST_CASE("oneDNN's raw_allocate / raw_deallocate work through the cache, also f
 
 TEST_CASE("with the cache, a tensor allocated again is not faulted in again", "[core][cpu_memory_cache]") {
   // 64 MiB: above glibc's largest mmap threshold, so without the cache every one is mapped and
-  // faulted in afresh (16384 faults of 4 KiB pages each).
+  // faulted in afresh (16384 faults of 4 KiB pages each; far fewer where transparent huge pages
+  // back some of it, as on the GPU machine: hence a ratio, not a count).
   const int64_t bytes = 64 * kMiB, pages = bytes / 4096, rounds = 8;
   const int64_t without = faults_of_fresh_tensors(bytes, rounds);
   int64_t with = 0;
@@ -124,7 +125,7 @@ TEST_CASE("with the cache, a tensor allocated again is not faulted in again", "[
     with = faults_of_fresh_tensors(bytes, rounds);
   }
   INFO("faults without the cache " << without << ", with it " << with);
-  CHECK(without > rounds / 2 * pages);
+  CHECK(without > 4 * with);
   CHECK(with < 2 * pages);  // the first one only
 }
 

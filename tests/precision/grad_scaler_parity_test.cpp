@@ -89,11 +89,11 @@ void compare_with_python(bool clip) {
 
 }  // namespace
 
-TEST_CASE("fp16 loss scaling reproduces torch.amp.GradScaler's scales, skips and parameters", "[precision][parity]") {
+TEST_CASE("fp16 loss scaling reproduces torch.amp.GradScaler's scales, skips and parameters", "[precision][parity][python]") {
   compare_with_python(/*clip=*/false);
 }
 
-TEST_CASE("with clipping after unscaling, too", "[precision][parity]") { compare_with_python(/*clip=*/true); }
+TEST_CASE("with clipping after unscaling, too", "[precision][parity][python]") { compare_with_python(/*clip=*/true); }
 
 TEST_CASE("without loss scaling the injected inf/nan would reach the weights", "[precision][parity]") {
   // The policy switched off: nothing is skipped and the parameters end up non-finite.

@@ -87,6 +87,9 @@ TEST_CASE("GPU kernels are told compute-bound or memory-bound by name", "[toolin
   CHECK(is_compute_bound_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"));
   CHECK(is_compute_bound_kernel("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm>(Params)"));
   CHECK(is_compute_bound_kernel("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>"));
+  // cuBLAS's own Hopper kernels (CUDA 12.8 and later), as profiled on an H200.
+  CHECK(is_compute_bound_kernel("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT"));
+  CHECK(is_compute_bound_kernel("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0"));
   CHECK(is_compute_bound_kernel("sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_f16f16_f16f32_f32_nhwckrsc_nhwc"));
   CHECK_FALSE(is_compute_bound_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>"));
   CHECK_FALSE(is_compute_bound_kernel("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>"));
