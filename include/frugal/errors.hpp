@@ -8,6 +8,9 @@
 
 namespace frugal {
 
+/// The text of an exception for a user: LibTorch's errors without their C++ backtrace.
+std::string message_of(const std::exception& e);
+
 /// Base of every error Frugal throws.
 class Error : public std::runtime_error {
  public:
@@ -36,6 +39,14 @@ class ConfigError : public Error {
 class TrainingError : public Error {
  public:
   using Error::Error;
+};
+
+/// Training produced a NaN or infinite loss, or weights, that no policy accounts for (the fp16
+/// loss scaler's skipped steps do): the run stops rather than train on, and no checkpoint is
+/// written from such weights. TrainerOptions::stop_on_nonfinite_loss turns this off.
+class NonFiniteError : public TrainingError {
+ public:
+  using TrainingError::TrainingError;
 };
 
 /// A data file (shard, index, image, JSON, NPY...) is malformed, truncated or unsafe. `file()` names

@@ -87,34 +87,77 @@ fs::path checkpoint_dir(const CheckpointOptions& options, const Trainer& trainer
 }  // namespace
 
 std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trainer& trainer) {
-  store_ = CheckpointStore(checkpoint_dir(options_, trainer));
+  if (!resume_) {  // the first call: the candidates, newest first
+    store_ = CheckpointStore(checkpoint_dir(options_, trainer));
+    resume_.emplace();
+    if (!options_.resume()) return nullptr;
+    // Every rank resumes from the same checkpoint (a shared file system); only the writer tidies.
+    if (trainer.rank() == 0) store_.remove_unfinished();
+    const auto all = store_.list();
+    resume_->candidates.assign(all.rbegin(), all.rend());
+    if (const auto pointer = store_.latest_name(); pointer && !store_.latest()) {
+      log::warn("checkpoint pointer " + (store_.root() / "latest").string() + " names '" + *pointer +
+                "', which is not a checkpoint folder there: ignored; the newest checkpoint that verifies is used");
+    }
+  }
   if (!options_.resume()) return nullptr;
-  // Every rank resumes from the same checkpoint (a shared file system); only the writer tidies.
-  if (trainer.rank() == 0) store_.remove_unfinished();
-  auto all = store_.list();
-  // Newest first; each rank checks what it will read, and all take the newest that passed on every rank.
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+  // Each rank checks what it will read, and all take the newest that passed on every rank.
+  auto& r = *resume_;
+  while (r.next < r.candidates.size()) {
+    const CheckpointInfo& candidate = r.candidates[r.next++];
     std::string reason;
+    std::shared_ptr<TrainingSnapshot> snapshot;
     try {
-      reason = store_.verify(it->dir, files_read_by(store_, *it, trainer));
+      reason = store_.verify(candidate.dir, files_read_by(store_, candidate, trainer));
+      if (reason.empty()) snapshot = std::make_shared<TrainingSnapshot>(store_.read(candidate));
     } catch (const std::exception& e) {
-      reason = e.what();
+      reason = message_of(e);  // a file that verifies but does not load is as damaged
     }
     const bool failed_somewhere = trainer.world_size() > 1 ? trainer.communicator().any(!reason.empty()) : !reason.empty();
     if (failed_somewhere) {
-      log::warn("checkpoint skipped: " + it->dir.string() + ": " +
-                (reason.empty() ? std::string("a file another rank reads failed its check (see that rank's log)") : reason));
+      skipped(candidate, reason.empty() ? std::string("a file another rank reads failed its check (see that rank's log)") : reason,
+              /*damaged=*/!reason.empty() && trainer.rank() == 0);
       continue;
     }
-    log::info(c10::str("resuming from ", it->dir.string()));
-    last_saved_step_ = it->step;
-    return std::make_shared<TrainingSnapshot>(store_.read(*it));
+    log::info(c10::str("resuming from ", candidate.dir.string()));
+    last_saved_step_ = candidate.step;
+    return snapshot;
+  }
+  // Nothing left to resume from. Damaged checkpoints mean a run was here: a silent fresh start
+  // would throw its progress away.
+  const auto damaged = store_.damaged();
+  if (!r.failures.empty() || !damaged.empty()) {
+    std::string list;
+    for (const auto& f : r.failures) list += "\n  " + f;
+    for (const auto& d : damaged) list += "\n  " + d.string() + " (moved aside earlier)";
+    throw CheckpointError(c10::str("no checkpoint in ", store_.root().string(), " can be resumed from, though some exist:", list,
+                                   "\nStart from scratch anyway with --checkpoint.resume=false (the damaged folders stay for inspection)."));
   }
   return nullptr;
 }
 
+void CheckpointPolicy::resume_failed(const std::string& reason) {
+  if (!resume_ || resume_->next == 0) return;
+  skipped(resume_->candidates[resume_->next - 1], "restoring it failed: " + reason, /*damaged=*/false);
+  last_saved_step_ = -1;
+}
+
+void CheckpointPolicy::skipped(const CheckpointInfo& candidate, const std::string& reason, bool damaged) {
+  std::string where = candidate.dir.string();
+  if (damaged) {  // out of the way, so it takes no keep_last slot and is not tried again
+    try {
+      where += " (moved aside to " + store_.move_aside(candidate.dir).filename().string() + ")";
+    } catch (const std::exception& e) {
+      where += c10::str(" (could not be moved aside: ", e.what(), ")");
+    }
+  }
+  log::warn("checkpoint skipped: " + where + ": " + reason);
+  resume_->failures.push_back(where + ": " + reason);
+}
+
 void CheckpointPolicy::on_fit_begin(const Trainer& trainer) {
   trainer_ = &trainer;
+  resume_.reset();  // a later fit searches afresh
   store_ = CheckpointStore(checkpoint_dir(options_, trainer));
   if (options_.on_signal()) preemption::install();
   last_save_time_ = std::chrono::steady_clock::now();
@@ -142,6 +185,7 @@ CheckpointWriteOptions CheckpointPolicy::write_options(int64_t step) const {
 void CheckpointPolicy::save(const TrainerState& state) {
   if (trainer_ == nullptr) throw TrainingError("CheckpointPolicy::save before the fit began");
   if (state.step == last_saved_step_) return;
+  trainer_->check_finite(c10::str("the checkpoint of step ", state.step, ", not written"), /*weights=*/true);
   last_saved_step_ = state.step;
   if (trainer_->optimizer_shards()) {  // every rank holds a part: every rank writes it
     save_sharded(state);
@@ -276,6 +320,12 @@ std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& sta
   const char* by = signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a signal to another rank";
   return c10::str("pre-empted by ", by, ": checkpoint of step ", state.step,
                   " written, the next start resumes from it");
+}
+
+std::optional<std::string> CheckpointPolicy::last_checkpoint() const {
+  if (trainer_ == nullptr) return std::nullopt;
+  const auto latest = store_.latest();
+  return latest ? std::optional<std::string>(latest->string()) : std::nullopt;
 }
 
 void CheckpointPolicy::on_fit_end(const Trainer& trainer) {

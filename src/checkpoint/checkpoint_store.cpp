@@ -47,7 +47,7 @@ std::string dir_name(int64_t step) {
 }
 
 std::optional<int64_t> step_of(const fs::path& dir) {
-  static const std::regex pattern("ckpt-([0-9]+)");
+  static const std::regex pattern("ckpt-([0-9]{1,18})");  // 18 digits: no int64 overflow
   std::smatch m;
   const std::string name = dir.filename().string();
   if (!std::regex_match(name, m, pattern)) return std::nullopt;
@@ -149,6 +149,12 @@ json meta_of(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& opt
   return meta;
 }
 
+// A name a manifest may list: a file directly in the checkpoint's folder, nothing that leads out of it.
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
 // A write that failed: its folder goes (when given), and the error says what the directory still holds.
 [[noreturn]] void write_failed(int64_t step, const fs::path& root, const std::exception& e, const fs::path& tmp = {}) {
   if (!tmp.empty()) {
@@ -156,9 +162,11 @@ json meta_of(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& opt
     fs::remove_all(tmp, ignored);
     fs::remove(root / "latest.tmp", ignored);
   }
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  const auto previous = CheckpointStore(root).latest();
   throw CheckpointError(c10::str("writing checkpoint of step ", step, " to ", root.string(), " failed: ",
-                                 c10_error ? c10_error->what_without_backtrace() : e.what(), " (the previous checkpoint is untouched)"));
+                                 message_of(e),
+                                 previous ? " (the previous checkpoint, " + previous->filename().string() + ", is untouched)"
+                                          : std::string(" (no earlier checkpoint exists)")));
 }
 
 CheckpointInfo info_from_meta(const fs::path& dir, const json& meta) {
@@ -187,8 +195,7 @@ ShardContents read_shard_files(const fs::path& dir, int64_t rank, int64_t world,
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    throw CheckpointError("reading shard " + weights.string() + " failed: " + (c10_error ? c10_error->what_without_backtrace() : e.what()));
+    throw CheckpointError("reading shard " + weights.string() + " failed: " + message_of(e));
   }
 }
 
@@ -369,7 +376,12 @@ std::string CheckpointStore::verify(const fs::path& dir, const std::function<boo
   try {
     manifest = json::parse(detail::read_file(dir / kManifest));
     std::set<std::string> listed;
-    for (const auto& f : manifest.at("files")) listed.insert(f.at("name").get<std::string>());
+    for (const auto& f : manifest.at("files")) {
+      const std::string name = f.at("name");
+      // A name like ../../state.pt would check, and have the reader load, a file outside.
+      if (!plain_file_name(name)) return "the manifest lists '" + name + "', which is not a plain file name in the checkpoint's folder";
+      if (!listed.insert(name).second) return "the manifest lists " + name + " twice";
+    }
     if (!listed.count(kMeta)) return "the manifest does not list meta.json";
     for (const auto& f : manifest.at("files")) {
       const std::string name = f.at("name");
@@ -414,11 +426,35 @@ std::vector<CheckpointInfo> CheckpointStore::list() const {
   return out;
 }
 
-std::optional<fs::path> CheckpointStore::latest() const {
+std::optional<std::string> CheckpointStore::latest_name() const {
   std::ifstream in(root_ / "latest");
   std::string name;
-  if (!(in >> name)) return std::nullopt;
-  return root_ / name;
+  if (!std::getline(in, name)) return std::nullopt;
+  return name;
+}
+
+std::optional<fs::path> CheckpointStore::latest() const {
+  const auto name = latest_name();
+  // Only a checkpoint folder of this store: never a path that leads elsewhere.
+  if (!name || !step_of(*name) || !fs::is_directory(root_ / *name)) return std::nullopt;
+  return root_ / *name;
+}
+
+fs::path CheckpointStore::move_aside(const fs::path& dir) const {
+  fs::path target = dir.string() + ".damaged";
+  for (int i = 2; fs::exists(target); ++i) target = c10::str(dir.string(), ".damaged-", i);
+  fs::rename(dir, target);
+  return target;
+}
+
+std::vector<fs::path> CheckpointStore::damaged() const {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(root_)) return out;
+  for (const auto& entry : fs::directory_iterator(root_)) {
+    if (entry.path().filename().string().find(".damaged") != std::string::npos) out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::optional<FoundCheckpoint> CheckpointStore::find_latest_valid() const {
@@ -472,9 +508,8 @@ TrainingSnapshot CheckpointStore::read(const CheckpointInfo& info) const {
     }
     return s;
   } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     throw CheckpointError("reading checkpoint " + info.dir.string() + " failed: " +
-                          (c10_error ? c10_error->what_without_backtrace() : e.what()));
+                          message_of(e));
   }
 }
 

@@ -22,6 +22,8 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("trainer.tensorboard", t.tensorboard(), "Also write metrics as TensorBoard scalars in <run_dir>/tensorboard");
   config.bind("trainer.cpu_memory_cache", t.cpu_memory_cache(),
               "Keep freed CPU tensor blocks for reuse during fit (no page faults for each step's tensors)");
+  config.bind("trainer.stop_on_nonfinite_loss", t.stop_on_nonfinite_loss(),
+              "Stop with an error on a NaN/inf training loss; never checkpoint non-finite weights");
   config.bind("trainer.halve_batch_on_oom", t.halve_batch_on_oom(),
               "Out of memory in a step: halve the micro-batch, double accumulation, go on");
   config.add_check("trainer", [&t] { t.validate(); });

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/detail/nonfinite_watch.hpp"
 #include "core/detail/oom_safety_net.hpp"
 #include "frugal/core/cpu_memory_cache.hpp"
 #include "frugal/distributed/communicator.hpp"
@@ -44,6 +45,7 @@ Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<c
       device_(torch::kCPU) {
   options_.validate();
   oom_net_ = std::make_unique<detail::OomSafetyNet>(options_.halve_batch_on_oom());
+  nonfinite_ = std::make_unique<detail::NonFiniteWatch>();
   if (!make_optimizer_) throw OptionError("make_optimizer", "Trainer: an optimizer factory is required");
   device_ = resolve_device(options_.device());
   // On CUDA: pinned batches, copied to the device by the loader's workers on side streams ahead
@@ -153,11 +155,24 @@ FitResult Trainer::fit() {
       metrics_log_ = MetricsLog(run_dir / "metrics.jsonl", options_.tensorboard() ? run_dir / "tensorboard" : fs::path());
     }
   }
+  // The newest snapshot a policy offers that restores on every rank; on a failure, the next older.
   for (auto& p : policies_) {
-    if (auto snapshot = p->resume_from(*this)) {
-      restore(*snapshot);
-      break;
+    bool resumed = false;
+    while (auto snapshot = p->resume_from(*this)) {
+      std::string failure;
+      try {
+        restore(*snapshot);
+      } catch (const std::exception& e) {
+        failure = message_of(e);
+        log::warn(failure);
+      }
+      if (!communicator_->any(!failure.empty())) {
+        resumed = true;
+        break;
+      }
+      p->resume_failed(failure.empty() ? "another rank could not restore it (see its log)" : failure);
     }
+    if (resumed) break;
   }
   if (options_.halve_batch_on_oom() &&
       std::none_of(policies_.begin(), policies_.end(), [](const auto& p) { return p->name() == "gradient_accumulation"; })) {
@@ -178,6 +193,7 @@ FitResult Trainer::fit() {
     if (!train_loader_.has_next()) ++state_.epoch;  // a fit stopped mid-epoch stays in it
   }
   if (window_micro_steps_ > 0) log_training();
+  check_finite("the end of the fit", /*weights=*/false);  // before a final checkpoint
 
   for (auto& p : policies_) p->on_fit_end(*this);
   FitResult result;
@@ -235,6 +251,7 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
     }
   }
   if (oom_net_->skipping()) oom_net_->stand_in(ctx, policies_, device_, transformed);
+  if (options_.stop_on_nonfinite_loss()) nonfinite_->add_micro_step(ctx.loss());
 
   if (ctx.boundary()) {
     // 5. Gradient reduction across replicas (timed: the communication share of the step).
@@ -259,6 +276,7 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
       optimizer_->step();
       apply_lr_schedule();
     }
+    nonfinite_->end_step(state_.step, ctx.step_cancelled());
     for (auto& p : policies_) p->on_after_optimizer_step(ctx);
     optimizer_->zero_grad(/*set_to_none=*/true);
   }
@@ -321,6 +339,7 @@ void Trainer::halve_after_oom() {
   const int64_t old_size = train_loader_.options().batch_size();
   if (old_size < 2) throw TrainingError("out of memory with a micro-batch of 1 example: nothing is left to halve");
   const detail::WindowStart start = oom_net_->rewind();
+  nonfinite_->end_step(state_.step + 1, /*cancelled=*/true);  // the dropped window's losses do not count
   optimizer_->zero_grad(/*set_to_none=*/true);
   model_.module().zero_grad(/*set_to_none=*/true);  // a sharded optimizer's pieces are not the parameters
   if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
@@ -397,6 +416,39 @@ void Trainer::log_training() {
   window_start_ = now;
   window_data_wait_start_ = train_loader_.wait_seconds();
   window_reduce_seconds_ = 0.0;
+  check_finite(c10::str("the log line of step ", state_.step), /*weights=*/false);  // the loss was just read: no extra wait
+}
+
+void Trainer::check_finite(const std::string& at, bool weights) const {
+  if (!options_.stop_on_nonfinite_loss()) return;
+  const std::optional<detail::NonFiniteWatch::Finding> loss = nonfinite_->first();
+  std::string weight;  // the first non-finite parameter's name
+  if (weights && !loss) {
+    const auto named = model_.module().named_parameters();
+    std::vector<torch::Tensor> finite;
+    finite.reserve(named.size());
+    for (const auto& p : named) finite.push_back(p.value().isfinite().all());
+    if (!finite.empty() && !torch::stack(finite).all().item<bool>()) {
+      for (size_t i = 0; i < finite.size(); ++i) {
+        if (!finite[i].item<bool>()) {
+          weight = named[i].key();
+          break;
+        }
+      }
+    }
+  }
+  const bool here = loss.has_value() || !weight.empty();
+  if (!communicator_->any(here)) return;
+  std::string what = loss     ? c10::str("a non-finite training loss (", std::isnan(loss->loss) ? "nan" : loss->loss > 0 ? "inf" : "-inf", ") at step ", loss->step)
+                     : here   ? c10::str("non-finite weights at step ", state_.step, " (parameter ", weight, ")")
+                              : c10::str("another rank saw a non-finite loss or weights by step ", state_.step, " (see its log)");
+  std::string resume = "no checkpoint was written before it";
+  for (const auto& p : policies_) {
+    if (auto last = p->last_checkpoint()) resume = "the last good checkpoint is " + *last;
+  }
+  throw NonFiniteError(c10::str(what, "; the run stops at ", at, "; ", resume,
+                                ". Lower the learning rate, check the data, or use bf16/fp16 loss scaling; "
+                                "trainer.stop_on_nonfinite_loss=false trains on regardless"));
 }
 
 void Trainer::record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const {

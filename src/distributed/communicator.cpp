@@ -32,12 +32,6 @@ struct CompletedCollective : PendingCollective {
   void wait() override {}
 };
 
-// c10d errors carry a C++ backtrace that says nothing to a user; keep the message.
-std::string message_of(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  return c10_error ? c10_error->what_without_backtrace() : e.what();
-}
-
 CommunicationError collective_failed(const char* what, const World& world, const std::string& backend,
                                      const std::exception& e) {
   return CommunicationError(c10::str(what, " on rank ", world.rank, " of ", world.world_size, " (", backend,

@@ -100,6 +100,22 @@ void explain_failure(const std::vector<detail::OpRecord>& trail, torch::nn::Modu
   }
 }
 
+// The first parameter whose value (or gradient, with `grads`) holds a NaN or an infinity, or "".
+std::string first_nonfinite_parameter(torch::nn::Module& module, bool grads) {
+  for (const auto& p : module.named_parameters()) {
+    const torch::Tensor& t = grads ? p.value().grad() : p.value();
+    if (t.defined() && !t.isfinite().all().item<bool>()) return p.key();
+  }
+  return "";
+}
+
+// Names a non-finite value the batch produced, as the module that holds it.
+[[noreturn]] void nonfinite(SmokeTestReport& report, const std::string& parameter, const std::string& what) {
+  const auto dot = parameter.rfind('.');
+  if (!parameter.empty()) report.failing_module = dot == std::string::npos ? parameter : parameter.substr(0, dot);
+  throw NonFiniteError(what);
+}
+
 }  // namespace
 
 SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& options) {
@@ -132,13 +148,26 @@ SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& o
       const auto start = std::chrono::steady_clock::now();
       trail.clear();
       try {
+        // A NaN or infinity is a failure like a shape error: the real run would train on it.
         report.phase = "forward";
         torch::Tensor loss = copy.loss(*batch);
+        if (!loss.isfinite().all().item<bool>()) {
+          nonfinite(report, "", c10::str("the loss of batch ", i, " is ", loss.item<double>(), " (NaN or infinity in the data, or a model that overflows)"));
+        }
         report.phase = "backward";
         optimizer->zero_grad(/*set_to_none=*/true);
         loss.backward();
+        if (const std::string p = first_nonfinite_parameter(copy.module(), true); !p.empty()) {
+          nonfinite(report, p, c10::str("the gradient of ", p, " is not finite on batch ", i));
+        }
         report.phase = "optimizer step";
         optimizer->step();
+        if (const std::string p = first_nonfinite_parameter(copy.module(), false); !p.empty()) {
+          nonfinite(report, p, c10::str("parameter ", p, " is not finite after the optimizer step of batch ", i,
+                                        " (is the learning rate too high?)"));
+        }
+      } catch (const NonFiniteError&) {
+        throw;
       } catch (const std::exception&) {
         explain_failure(trail.last_trail(), copy.module(), report);
         throw;

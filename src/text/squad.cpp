@@ -138,7 +138,8 @@ std::vector<SquadExample> read_squad(const std::filesystem::path& path) {
           const std::string ap = c10::str(qp, ".answers[", a, "]");
           SquadAnswer answer{member(answers[a], "text", &Json::is_string, "string", file, ap).get<std::string>(),
                              member(answers[a], "answer_start", &Json::is_number_integer, "an integer", file, ap).get<int64_t>()};
-          if (answer.start < 0 || answer.start + char_count(answer.text) > context_chars) {
+          // Compared without adding: a start near INT64_MAX would overflow the sum and pass.
+          if (answer.start < 0 || answer.start > context_chars - char_count(answer.text)) {
             throw DataError(file, -1, c10::str(ap, ".answer_start: ", answer.start, " puts the answer outside its ",
                                                context_chars, "-character context"));
           }

@@ -139,6 +139,10 @@ TEST_CASE("SQuAD JSON errors name the file and the JSON path", "[bert]") {
   CHECK_THAT(error_of(R"({"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "1", "question": "q",
                "answers": [{"text": "abc", "answer_start": 2}]}]}]}]})"),
              Catch::Contains("$.data[0].paragraphs[0].qas[0].answers[0].answer_start: 2 puts the answer outside"));
+  // The largest int64 start: start + length would overflow and pass a range check written as a sum.
+  CHECK_THAT(error_of(R"({"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "1", "question": "q",
+               "answers": [{"text": "b", "answer_start": 9223372036854775807}]}]}]}]})"),
+             Catch::Contains("answer_start: 9223372036854775807 puts the answer outside"));
   CHECK_THAT(error_of(R"({"version": "1.1"})"), Catch::Contains("$.data: missing"));
   CHECK_THAT(error_of(R"({"data": [)"), Catch::Contains("not valid JSON"));
 }

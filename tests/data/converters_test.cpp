@@ -155,4 +155,22 @@ TEST_CASE("JPEG decoding matches Pillow, DCT scaling decodes small, a truncated 
   CHECK(jpeg_size(jpeg, "test.jpg").width == 160);
   CHECK_THROWS_WITH(decode_jpeg(jpeg.substr(0, jpeg.size() / 2), "half.jpg"), Catch::Contains("half.jpg"));
   CHECK_THROWS_WITH(decode_jpeg("GIF89a", "fake.jpg"), Catch::Contains("fake.jpg"));
+
+  // A header that claims more pixels than exist (a decompression bomb): refused before any
+  // allocation, in the full-size decode and the DCT-scaled one alike (65500 x 65500 is past INT_MAX
+  // pixels, where a 32-bit product once skipped the scaling and asked for 12.6 GB).
+  std::string bomb = jpeg;
+  const size_t sof = bomb.find("\xFF\xC0");
+  REQUIRE(sof != std::string::npos);
+  bomb.replace(sof + 5, 4, std::string("\xFF\xDC\xFF\xDC", 4));  // height, width: 65500 each
+  REQUIRE(jpeg_size(bomb, "bomb.jpg").width == 65500);
+  for (int min_side : {0, 224}) {
+    CHECK_THROWS_WITH(decode_jpeg(bomb, "bomb.jpg", min_side, min_side),
+                      Catch::Contains("bomb.jpg") && Catch::Contains("65500 x 65500 pixels is above the limit of 89478485"));
+  }
+  const int64_t limit = max_image_pixels();
+  set_max_image_pixels(100 * 100);
+  CHECK_THROWS_WITH(decode_jpeg(jpeg, "test.jpg"), Catch::Contains("160 x 120 pixels is above the limit of 10000"));
+  set_max_image_pixels(limit);
+  CHECK_THROWS_AS(set_max_image_pixels(0), OptionError);
 }

@@ -117,6 +117,36 @@ TEST_CASE("a truncated or corrupt shard names its file and offset, or is cut sho
       CHECK(e.offset() == good.offsets[3]);
     }
   }
+  SECTION("a size field in base-256 claiming 2^62 bytes is a data error, not an allocation") {
+    // The ustar size field (12 bytes at 124) in GNU's base-256 form, then the header checksum redone.
+    std::string size(12, '\0');
+    size[0] = static_cast<char>(0x80);
+    size[4] = 0x40;  // big-endian 2^62 in the last 8 bytes
+    overwrite(shard, good.offsets[3] + 124, size);
+    std::string header(512, '\0');
+    {
+      std::ifstream in(shard, std::ios::binary);
+      in.seekg(good.offsets[3]);
+      in.read(header.data(), 512);
+    }
+    header.replace(148, 8, "        ");
+    unsigned sum = 0;
+    for (const char c : header) sum += static_cast<unsigned char>(c);
+    char field[8];
+    std::snprintf(field, sizeof field, "%06o", sum);
+    overwrite(shard, good.offsets[3] + 148, std::string(field, 6) + std::string("\0 ", 2));
+    try {
+      ShardScanner scan(shard);
+      while (scan.next()) {
+      }
+      FAIL("no error");
+    } catch (const DataError& e) {
+      CHECK(e.file() == shard.string());
+      CHECK(e.offset() == good.offsets[3]);
+    }
+    CHECK_THROWS_AS(build_shard_index(shard), DataError);
+    CHECK(build_shard_index(shard, OnCorrupt::skip).size() == 3);
+  }
   SECTION("a shard that shrank after indexing fails the indexed read with its offset") {
     ShardIndex stale = good;
     fs::resize_file(shard, static_cast<uintmax_t>(good.offsets[8]));

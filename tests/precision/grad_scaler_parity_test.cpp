@@ -41,7 +41,7 @@ struct Run {
   torch::Tensor params;
 };
 
-Run run_frugal(bool clip, bool scaling) {
+Run run_frugal(bool clip, bool scaling, bool stop_on_nonfinite = true) {
   torch::set_num_threads(1);
   torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 2));
   torch::manual_seed(0);
@@ -59,7 +59,7 @@ Run run_frugal(bool clip, bool scaling) {
                   [](torch::nn::Module& m) {
                     return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
                   },
-                  data, TrainerOptions().device("cpu").run_dir(""), DataLoaderOptions().batch_size(16).shuffle(false));
+                  data, TrainerOptions().device("cpu").run_dir("").stop_on_nonfinite_loss(stop_on_nonfinite), DataLoaderOptions().batch_size(16).shuffle(false));
   auto precision = std::make_shared<MixedPrecisionPolicy>(
       MixedPrecisionOptions()
           .mode(scaling ? Precision::fp16 : Precision::fp32)
@@ -96,8 +96,10 @@ TEST_CASE("fp16 loss scaling reproduces torch.amp.GradScaler's scales, skips and
 TEST_CASE("with clipping after unscaling, too", "[precision][parity][python]") { compare_with_python(/*clip=*/true); }
 
 TEST_CASE("without loss scaling the injected inf/nan would reach the weights", "[precision][parity]") {
-  // The policy switched off: nothing is skipped and the parameters end up non-finite.
-  const Run off = run_frugal(/*clip=*/false, /*scaling=*/false);
+  // The policy switched off (and the Trainer's own guard too): nothing is skipped and the
+  // parameters end up non-finite. With the guard on, as by default, the run stops instead.
+  CHECK_THROWS_AS(run_frugal(/*clip=*/false, /*scaling=*/false), NonFiniteError);
+  const Run off = run_frugal(/*clip=*/false, /*scaling=*/false, /*stop_on_nonfinite=*/false);
   CHECK(off.scales == std::vector<double>(12, 65536.0));  // the scaler never ran
   CHECK(std::count(off.skipped.begin(), off.skipped.end(), true) == 0);
   CHECK_FALSE(torch::isfinite(off.params).all().item<bool>());

@@ -58,12 +58,17 @@ class CheckpointPolicy : public Policy {
   ~CheckpointPolicy() override;
   std::string name() const override { return "checkpoint"; }
 
+  /// The newest checkpoint that verifies and loads on every rank; called again after a
+  /// resume_failed, the next older one. Checkpoints that fail their check are moved aside
+  /// (<dir>.damaged). CheckpointError when checkpoints exist but none can be resumed from.
   std::shared_ptr<const TrainingSnapshot> resume_from(const Trainer& trainer) override;
+  void resume_failed(const std::string& reason) override;
   void on_fit_begin(const Trainer& trainer) override;
   void on_step_end(StepContext& ctx) override;
   void on_epoch_end(const TrainerState& state) override;
   std::optional<std::string> should_stop(const TrainerState& state) override;
   void on_fit_end(const Trainer& trainer) override;
+  std::optional<std::string> last_checkpoint() const override;
 
   /// Writes a checkpoint of the trainer now (asynchronously if configured).
   void save(const TrainerState& state);
@@ -79,6 +84,8 @@ class CheckpointPolicy : public Policy {
 
  private:
   void surface_errors();
+  /// Logs and records a candidate that cannot be resumed from; `damaged`: moves it aside.
+  void skipped(const CheckpointInfo& candidate, const std::string& reason, bool damaged);
   CheckpointWriteOptions write_options(int64_t step) const;
   void save_sharded(const TrainerState& state);
   /// With a sharded write in flight: publishes it once every rank's shard is durable (`block`:
@@ -97,6 +104,12 @@ class CheckpointPolicy : public Policy {
   const Trainer* trainer_ = nullptr;
   std::future<CheckpointInfo> pending_;
   int64_t last_saved_step_ = -1;
+  struct Resume {  // where the search for a checkpoint to resume from is
+    std::vector<CheckpointInfo> candidates;  // newest first
+    size_t next = 0;
+    std::vector<std::string> failures;  // "<dir>: <reason>" of each one skipped
+  };
+  std::optional<Resume> resume_;
   std::chrono::steady_clock::time_point last_save_time_;
   std::function<void(const std::string&, int64_t)> stage_observer_;
 };

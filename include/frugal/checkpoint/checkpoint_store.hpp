@@ -97,8 +97,15 @@ class CheckpointStore {
   TrainingSnapshot read(const CheckpointInfo& info) const;
   /// Complete checkpoints (renamed, with meta.json), oldest first; unfinished *.tmp are ignored.
   std::vector<CheckpointInfo> list() const;
-  /// The checkpoint `latest` points to, if the pointer exists.
+  /// The checkpoint `latest` points to, if the pointer exists and names a checkpoint folder here.
   std::optional<std::filesystem::path> latest() const;
+  /// What the `latest` file says, unchecked (for saying why it was ignored).
+  std::optional<std::string> latest_name() const;
+  /// Renames a checkpoint that failed its check to <dir>.damaged (kept for inspection, no longer
+  /// a checkpoint: not listed, not counted by retention); returns the new path.
+  std::filesystem::path move_aside(const std::filesystem::path& dir) const;
+  /// Folders moved aside by move_aside, oldest name first.
+  std::vector<std::filesystem::path> damaged() const;
   /// Removes leftovers of interrupted writes (*.tmp).
   void remove_unfinished() const;
 

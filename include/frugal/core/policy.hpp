@@ -62,6 +62,9 @@ class Policy {
   /// Before anything else in fit(): a snapshot to continue from (a checkpoint), or nullptr.
   /// The first policy to return one wins.
   virtual std::shared_ptr<const TrainingSnapshot> resume_from(const Trainer& /*trainer*/) { return nullptr; }
+  /// The snapshot resume_from gave could not be restored (on some rank; `reason` says why): the
+  /// Trainer then asks resume_from again, for an older one.
+  virtual void resume_failed(const std::string& /*reason*/) {}
   /// Before the first step. May throw to stop the fit before it starts (the smoke test does).
   virtual void on_fit_begin(const Trainer& /*trainer*/) {}
   virtual void on_fit_end(const Trainer& /*trainer*/) {}
@@ -121,6 +124,9 @@ class Policy {
   virtual std::vector<torch::Tensor> held_gradients() const { return {}; }
 
   // -- State that must survive a resume --------------------------------------------------
+  /// The newest complete checkpoint this policy wrote or resumed from, for error messages that
+  /// say where a restart would begin (a checkpointing policy answers).
+  virtual std::optional<std::string> last_checkpoint() const { return std::nullopt; }
   virtual void save_state(StateDict& /*state*/) const {}
   virtual void load_state(const StateDict& /*state*/) {}
 };

@@ -31,6 +31,7 @@
 namespace frugal {
 
 namespace detail {
+class NonFiniteWatch;
 class OomSafetyNet;
 }
 
@@ -98,6 +99,12 @@ class Trainer {
   /// without a run directory. For policies' events: budget alerts, profiles, epoch costs.
   void record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const;
 
+  /// Throws NonFiniteError, on every rank, when any rank has seen a non-finite training loss (see
+  /// TrainerOptions::stop_on_nonfinite_loss) or, with `weights`, holds a non-finite weight; a
+  /// no-op with that option off. A collective: every rank calls it at the same point. `at` says
+  /// where the run stops ("the checkpoint of step 40, not written").
+  void check_finite(const std::string& at, bool weights) const;
+
   /// The replicas this process trains with (a single-process no-op unless a policy brought one).
   Communicator& communicator() const { return *communicator_; }
   int64_t rank() const;
@@ -141,6 +148,7 @@ class Trainer {
   int64_t validated_at_step_ = -1;  // so an epoch end does not repeat a validation just run
 
   std::unique_ptr<detail::OomSafetyNet> oom_net_;  // options_.halve_batch_on_oom
+  std::unique_ptr<detail::NonFiniteWatch> nonfinite_;  // options_.stop_on_nonfinite_loss
 
   // Loss summed on the device since the last log line: read back only when logging, so the
   // loop never waits for the GPU between steps.

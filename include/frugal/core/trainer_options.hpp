@@ -33,6 +33,10 @@ struct TrainerOptions {
   /// During fit(), keep freed CPU tensor blocks for reuse instead of handing them back to the
   /// system (frugal/core/cpu_memory_cache.hpp); fit() frees what the cache holds when it returns.
   TORCH_ARG(bool, cpu_memory_cache) = true;
+  /// A NaN or infinite training loss (outside steps the fp16 loss scaler skipped) stops the run
+  /// with NonFiniteError at the next log line, checkpoint or the fit's end, and no checkpoint is
+  /// written from non-finite weights. Off: training goes on, as LibTorch alone would.
+  TORCH_ARG(bool, stop_on_nonfinite_loss) = true;
 
  public:  // TORCH_ARG leaves the struct in private:
   /// Throws OptionError naming the bad field and value.

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <turbojpeg.h>
 
+#include <atomic>
 #include <memory>
 
 #include "frugal/errors.hpp"
@@ -53,8 +54,24 @@ JpegSize jpeg_size(std::string_view bytes, const std::string& where) {
   return {width, height};
 }
 
+namespace {
+std::atomic<int64_t> max_pixels{89'478'485};  // Pillow's Image.MAX_IMAGE_PIXELS
+}
+
+void set_max_image_pixels(int64_t pixels) {
+  if (pixels < 1) throw OptionError("max_image_pixels", c10::str("max_image_pixels must be >= 1, got ", pixels));
+  max_pixels = pixels;
+}
+
+int64_t max_image_pixels() { return max_pixels; }
+
 torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int min_width, int min_height) {
   const JpegSize full = jpeg_size(bytes, where);
+  // Before any allocation: a 631-byte file can claim 65500 x 65500 pixels (a decompression bomb).
+  if (int64_t{full.width} * full.height > max_pixels) {
+    fail(where, c10::str("image of ", full.width, " x ", full.height, " pixels is above the limit of ", max_pixels.load(),
+                         " (a decompression bomb?); raise it with frugal::set_max_image_pixels"));
+  }
   int width = full.width, height = full.height;
   if (min_width > 0 || min_height > 0) {
     int count = 0;
@@ -65,7 +82,7 @@ torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int 
     for (int i = 0; i < count; ++i) {
       const int w = TJSCALED(full.width, factors[i]), h = TJSCALED(full.height, factors[i]);
       const bool fast = factors[i].num == 1 && (factors[i].denom == 2 || factors[i].denom == 4 || factors[i].denom == 8);
-      if (fast && w >= min_width && h >= min_height && w * h < width * height) {
+      if (fast && w >= min_width && h >= min_height && int64_t{w} * h < int64_t{width} * height) {
         width = w;
         height = h;
       }

@@ -92,8 +92,7 @@ void PortableOptimizerState::add_serialized(const std::string& bytes, const Grou
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    throw CheckpointError(c10::str(source, ": unreadable optimizer state: ", c10_error ? c10_error->what_without_backtrace() : e.what()));
+    throw CheckpointError(c10::str(source, ": unreadable optimizer state: ", message_of(e)));
   }
 }
 
@@ -182,8 +181,7 @@ void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const
   try {
     optimizer.load(archive);
   } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    throw CheckpointError(c10::str(source, ": the optimizer refused the state: ", c10_error ? c10_error->what_without_backtrace() : e.what()));
+    throw CheckpointError(c10::str(source, ": the optimizer refused the state: ", message_of(e)));
   }
 }
 

@@ -26,6 +26,12 @@ JpegSize jpeg_size(std::string_view bytes, const std::string& where);
 /// sides at least that big is used. A corrupt image throws DataError naming `where`.
 torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int min_width = 0, int min_height = 0);
 
+/// The most pixels (width x height, by the header) an image may have; larger ones are refused by
+/// decode_jpeg with a DataError naming the file, before anything is allocated. Default 89,478,485,
+/// Pillow's Image.MAX_IMAGE_PIXELS; process-wide (worker threads included).
+void set_max_image_pixels(int64_t pixels);
+int64_t max_image_pixels();
+
 /// Encodes uint8 RGB [H, W, 3] (or grey [H, W]) at `quality` (1-100), 4:2:0 chroma.
 std::string encode_jpeg(const torch::Tensor& image, int quality = 90);
 
