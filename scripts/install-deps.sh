@@ -13,7 +13,7 @@ PY_PACKAGES=("torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" "nu
 # (safetensors.torch imports packaging without declaring it; transformers 5.21+ needs a "kernels"
 # release that PyPI does not have)
 DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
-              libspdlog-dev libfmt-dev catch2 libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libgloo-dev
+              libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libgloo-dev
               libarchive-dev libturbojpeg0-dev libxxhash-dev libutf8proc-dev)
 VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 

@@ -13,7 +13,7 @@ mkdir -p build/gpu-deps
 (
   cd build/gpu-deps
   rm -f ./*.deb
-  apt-get download libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev catch2 \
+  apt-get download libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 \
     zlib1g-dev zlib1g libgloo-dev \
     libarchive-dev libarchive13 libturbojpeg0-dev libturbojpeg0 libxxhash-dev libutf8proc-dev libutf8proc2 \
     libacl1 libbz2-1.0 liblz4-1 liblzma5 libnettle8 libxml2 libicu72 libzstd1 > /dev/null

@@ -1,6 +1,6 @@
 #include "frugal/config/config.hpp"
 
-#include <toml++/toml.h>
+#include <toml++/toml.hpp>
 
 #include <algorithm>
 #include <cctype>

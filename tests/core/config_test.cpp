@@ -108,6 +108,12 @@ TEST_CASE("TOML syntax errors and missing files name the file and position", "[c
   CHECK_THAT(error_of({"--config", "/nonexistent/x.toml"}, {}), Catch::Contains("/nonexistent/x.toml"));
   auto flat = write_file("flat.toml", "max_epochs = 3\n");
   CHECK_THAT(error_of({"--config", flat.string()}, {}), Catch::Contains("must be a [section] table"));
+  // Inputs that crashed Debian's toml++ 3.3.0 (an assertion; __builtin_unreachable with NDEBUG):
+  // the vendored toml++ gives a parse error, and so a ConfigError naming the file.
+  auto tilde = write_file("tilde.toml", "[~");
+  CHECK_THAT(error_of({"--config", tilde.string()}, {}), Catch::Contains("tilde.toml:1:"));
+  auto accent = write_file("accent.toml", "[trainer]\nmax_epochs =\xC3\xA9 3\n");
+  CHECK_THAT(error_of({"--config", accent.string()}, {}), Catch::Contains("accent.toml:2:"));
 }
 
 TEST_CASE("the resolved config lists every key with its source and loads back to the same values", "[core][config]") {

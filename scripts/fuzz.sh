@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Fuzzes every parser of outside input (tests/fuzz/*_fuzz.cpp) with libFuzzer under AddressSanitizer
+# and UBSan, each for SECONDS (default 60), starting from the seeds in tests/fuzz/corpus/<target>.
+# Each target's parser sources are compiled with clang and the sanitizers (the table below); the
+# rest of Frugal comes from the normal build (build/src/libfrugal.a), so build first
+# (bash scripts/test.sh). Findings (crash inputs) land in build/fuzz/<target>/; exit 1 if any.
+#   bash scripts/fuzz.sh [SECONDS] [TARGET...]
+# FRUGAL_FUZZ_SEED=N fixes libFuzzer's random seed (CI: the same short run every time).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+seconds="${1:-60}"
+shift || true
+[ -f build/src/libfrugal.a ] || { echo "fuzz.sh: build first (bash scripts/test.sh)" >&2; exit 2; }
+torch=$("$FRUGAL_PYTHON_BIN" -c "import os, torch; print(os.path.dirname(torch.__file__))")
+
+# target -> the sources it instruments (the parser and what it calls on the input's bytes)
+declare -A sources=(
+  [checkpoint]="src/checkpoint/checkpoint_store.cpp src/checkpoint/consolidate.cpp src/checkpoint/detail/durable_io.cpp src/optim/detail/portable_state.cpp"
+  [tar_shard]="src/data/tar_shard.cpp src/data/detail/tar_members.cpp src/data/sample.cpp"
+  [jpeg]="src/data/image/jpeg.cpp"
+  [npy]="src/data/npy.cpp"
+  [safetensors]="src/io/safetensors.cpp"
+  [squad]="src/text/squad.cpp src/text/wordpiece.cpp"
+  [wordpiece]="src/text/wordpiece.cpp"
+  [config]="src/config/config.cpp"
+)
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(checkpoint tar_shard jpeg npy safetensors squad wordpiece config)
+
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-sanitize=vptr
+       -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -Isrc -Itests/fuzz -Ithird_party/tomlplusplus/include -isystem "$torch/include"
+       -isystem "$torch/include/torch/csrc/api/include" -isystem /usr/local/cuda/include)
+libs=(build/src/libfrugal.a -Wl,--no-as-needed -L"$torch/lib" -ltorch -ltorch_cpu -lc10 -ltorch_cuda -lc10_cuda
+      -Wl,-rpath,"$torch/lib" -L/usr/local/cuda/lib64 -lcudart -Wl,--as-needed -larchive -lturbojpeg -lutf8proc -lz -lpthread -ldl)
+cxx=clang++-14
+command -v ccache > /dev/null && cxx="ccache clang++-14"
+seed=()
+[ -n "${FRUGAL_FUZZ_SEED:-}" ] && seed=(-seed="$FRUGAL_FUZZ_SEED")
+status=0
+for t in "${targets[@]}"; do
+  out=build/fuzz/$t
+  mkdir -p "$out/corpus"
+  cp -n tests/fuzz/corpus/"$t"/* "$out/corpus/" 2> /dev/null
+  # shellcheck disable=SC2086
+  if ! $cxx "${flags[@]}" tests/fuzz/"$t"_fuzz.cpp ${sources[$t]} -o "$out/fuzz" "${libs[@]}" > "$out/build.log" 2>&1; then
+    echo "$t: build failed (see $out/build.log)"; tail -5 "$out/build.log"; status=1; continue
+  fi
+  # LibTorch's own allocations are not instrumented; leaks inside it are not ours to report.
+  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 FRUGAL_FUZZ_SEED_DIR="$out/corpus" \
+    "$out/fuzz" "$out/corpus" -max_total_time="$seconds" -artifact_prefix="$out/" -max_len=65536 -timeout=20 \
+    -rss_limit_mb=4096 -print_final_stats=1 "${seed[@]}" > "$out/run.log" 2>&1
+  rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/run.log")
+  cov=$(grep -o "cov: [0-9]*" "$out/run.log" | tail -1)
+  if [ "$rc" -ne 0 ]; then
+    status=1
+    echo "$t: FINDING after ${runs:-?} runs ($cov): $(grep -m1 -E "ERROR|runtime error|terminate|deadly signal" "$out/run.log")"
+    ls "$out"/crash-* "$out"/oom-* "$out"/timeout-* 2> /dev/null | head -3
+  else
+    echo "$t: ${runs:-?} runs in ${seconds} s, $cov, corpus $(ls "$out/corpus" | wc -l) inputs, no finding"
+  fi
+done
+exit $status
