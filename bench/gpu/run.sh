@@ -14,6 +14,8 @@
 # Rehearsal on a machine without a GPU, the same stages on the CPU at tiny sizes, to catch wrong
 # flags and paths before a GPU session:
 #   FRUGAL_GPU_REHEARSAL=1 FRUGAL_GPU_PYTHON=~/.cache/frugal/venv/bin/python bash bench/gpu/run.sh
+# A partial re-check (what changed since the last GPU session): FRUGAL_GPU_ONLY='^(tests_|bert_large_bench)'
+# runs only the stages whose names match.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT="${OUT:-build/gpu-out}"
@@ -40,6 +42,7 @@ fi
 stage() {
   local name=$1 limit=$2 left=$((budget - SECONDS))
   shift 2
+  [[ "$name" =~ ^(configure|build)$ || "$name" =~ ${FRUGAL_GPU_ONLY:-.} ]] || return 1  # a partial re-check: these stages only
   if [ "$left" -lt 15 ]; then
     echo "[${SECONDS}s] $name: SKIPPED, out of time"
     status=1

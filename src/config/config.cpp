@@ -125,7 +125,14 @@ void Config::bind(const std::string& key, int64_t& field, std::string help) {
 
 void Config::bind(const std::string& key, double& field, std::string help) {
   Entry& e = add(key, ValueType::real, std::move(help));
-  e.assign_text = [&field](const std::string& text) { field = parse_real(text); };
+  // A finite default makes the option a quantity: nan or inf there would reach LibTorch (a
+  // learning rate of nan) or train to NaN. Options whose default is nan use it as "off" and keep it.
+  const bool finite_only = std::isfinite(field);
+  e.assign_text = [&field, finite_only](const std::string& text) {
+    const double value = parse_real(text);
+    if (finite_only && !std::isfinite(value)) throw ConfigError("expects a finite number, got '" + text + "'");
+    field = value;
+  };
   e.current_toml = [&field] { return format_real(field); };
 }
 

@@ -31,6 +31,7 @@ ProgramStart start_program(int argc, char** argv, Config& config, const Standard
   if (start.cli.exit_code) return start;
   log::set_level(options.log_level);
   start.world = detect_world(process_environment());
+  resolve_device(options.trainer.device());  // before anything is written into the run directory
   if (start.world.rank == 0) {
     if (start.cli.print_config) std::cout << config.to_toml();
     if (!options.trainer.run_dir().empty()) {

@@ -178,6 +178,12 @@ FitResult Trainer::fit() {
       std::none_of(policies_.begin(), policies_.end(), [](const auto& p) { return p->name() == "gradient_accumulation"; })) {
     throw OptionError("halve_batch_on_oom", "halve_batch_on_oom needs a GradientAccumulationPolicy to keep the effective batch");
   }
+  if (train_loader_.batches_per_epoch() == 0) {
+    throw TrainingError(c10::str("no training batch: the training set has ", train_loader_.dataset().size(), " examples, ",
+                                 "and batches of ", train_loader_.options().batch_size(), " per rank on ", world_size(),
+                                 " rank(s)", train_loader_.options().drop_last() ? " with drop_last" : "",
+                                 " leave none; lower data.batch_size or turn off data.drop_last"));
+  }
   for (auto& p : policies_) p->on_fit_begin(*this);
   log::info(c10::str("fit: ", model_.module().name(), " on ", device_, ", ", train_loader_.batches_per_epoch(),
                      " batches/epoch of ", train_loader_.options().batch_size(), ", up to ", options_.max_epochs(),

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <iostream>
 
 #include "frugal/config/standard_options.hpp"
 #include "support/fixtures.hpp"
@@ -108,6 +109,10 @@ TEST_CASE("TOML syntax errors and missing files name the file and position", "[c
   CHECK_THAT(error_of({"--config", "/nonexistent/x.toml"}, {}), Catch::Contains("/nonexistent/x.toml"));
   auto flat = write_file("flat.toml", "max_epochs = 3\n");
   CHECK_THAT(error_of({"--config", flat.string()}, {}), Catch::Contains("must be a [section] table"));
+  // A quantity (finite default) must be finite; options that use nan as "off" still take it.
+  CHECK_THAT(error_of({"--clipping.max_norm=nan"}, {}), Catch::Contains("clipping.max_norm") && Catch::Contains("expects a finite number, got 'nan'"));
+  CHECK_THAT(error_of({"--cost.price_per_device_hour=inf"}, {}), Catch::Contains("expects a finite number"));
+  CHECK(error_of({"--early_stopping.stopping_threshold=nan"}, {}) == "(no error)");
   // Inputs that crashed Debian's toml++ 3.3.0 (an assertion; __builtin_unreachable with NDEBUG):
   // the vendored toml++ gives a parse error, and so a ConfigError naming the file.
   auto tilde = write_file("tilde.toml", "[~");
@@ -211,4 +216,20 @@ TEST_CASE("the data pipeline's [data] keys reach the loader and shard options", 
   CHECK_THAT(error_of({"--data.shuffle_buffer=0"}, {}), Catch::Contains("data.shuffle_buffer") && Catch::Contains("got 0"));
   CHECK_THAT(error_of({}, {"FRUGAL_DATA_AUGMENTED_VARIANTS=-2"}),
              Catch::Contains("data.augmented_variants") && Catch::Contains("FRUGAL_DATA_AUGMENTED_VARIANTS"));
+}
+
+TEST_CASE("a device that is not here is refused before the run directory is written", "[core][config]") {
+  if (torch::cuda::is_available()) {
+    std::cout << "SKIPPED: this machine has CUDA (the test asks for it where there is none)\n";
+    return;
+  }
+  const auto dir = scratch_dir("config_device") / "run";
+  StandardOptions options;
+  Config config;
+  bind(config, options);
+  const std::string run_dir = "--trainer.run_dir=" + dir.string();
+  std::vector<const char*> argv{"prog", "--trainer.device=cuda", run_dir.c_str()};
+  CHECK_THROWS_WITH(start_program(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), config, options, "test"),
+                    Catch::Contains("CUDA is not available"));
+  CHECK_FALSE(std::filesystem::exists(dir / "config.toml"));
 }

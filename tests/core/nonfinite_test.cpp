@@ -139,3 +139,12 @@ TEST_CASE("on CUDA the watch stays on the device and still stops the run at the 
   CHECK_THAT(error, Catch::Contains("a non-finite training loss (nan) at step 3"));
   CHECK_THAT(error, Catch::Contains("the run stops at the log line of step 4"));
 }
+
+TEST_CASE("a batch size that leaves no batch is an error before the first step, not a 0-step run", "[core][trainer]") {
+  Seeded seeded;
+  TinyNet net;
+  Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(), blobs(50), options(), DataLoaderOptions().batch_size(64).drop_last(true));
+  CHECK_THROWS_WITH(trainer.fit(), Catch::Contains("no training batch: the training set has 50 examples") &&
+                                       Catch::Contains("batches of 64") && Catch::Contains("with drop_last"));
+  CHECK(trainer.state().step == 0);
+}
