@@ -102,6 +102,9 @@ torch::Tensor decode_npy(std::string_view bytes, const std::string& where) {
   const std::string_view shape_text = header_value(header, "shape", where);
   std::vector<int64_t> shape;
   int64_t numel = 1;
+  // The product of the non-zero sizes is bounded too: a 0 makes the array empty, but the others
+  // still set its strides, which must not overflow (found by the npy fuzz target).
+  int64_t extent = 1;
   for (size_t i = 1; i + 1 < shape_text.size();) {
     while (i + 1 < shape_text.size() && (shape_text[i] == ' ' || shape_text[i] == ',')) ++i;
     if (i + 1 >= shape_text.size()) break;
@@ -111,11 +114,12 @@ torch::Tensor decode_npy(std::string_view bytes, const std::string& where) {
       dim = dim * 10 + (shape_text[i++] - '0');
       ++digits;
     }
-    if (digits == 0 || numel > (int64_t{1} << 40) / std::max<int64_t>(dim, 1)) {
+    if (digits == 0 || extent > (int64_t{1} << 40) / std::max<int64_t>(dim, 1)) {
       throw DataError(where, static_cast<int64_t>(header_start), "bad NPY shape " + std::string(shape_text));
     }
     shape.push_back(dim);
     numel *= dim;
+    extent *= std::max<int64_t>(dim, 1);
   }
   const size_t data_start = header_start + header_len;
   const size_t data_bytes = static_cast<size_t>(numel) * c10::elementSize(dtype->type);

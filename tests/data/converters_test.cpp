@@ -131,6 +131,13 @@ TEST_CASE("NPY arrays round-trip in every supported dtype, and malformed arrays 
     CHECK_THAT(e.what(), Catch::Contains("short.npy"));
   }
   CHECK_THROWS_WITH(decode_npy(std::string("\x93NUMPY\x01\x00\xff\xff", 10), "x"), Catch::Contains("runs past the end"));
+  // Found by the npy fuzz target: an empty array (a 0 in its shape) whose other sizes overflow
+  // the strides reached LibTorch's "Stride calculation overflowed" instead of a DataError.
+  std::string empty = encode_npy(torch::zeros({0, 3}));
+  const std::string huge = "(0, 400000000000000000, 400000000000000000)";
+  empty.replace(empty.find("(0, 3)"), 6, huge);
+  empty.erase(empty.rfind('\n') - (huge.size() - 6), huge.size() - 6);  // from the padding: the header keeps its length
+  CHECK_THROWS_WITH(decode_npy(empty, "strides.npy"), Catch::Contains("bad NPY shape (0, 400000000000000000"));
 }
 
 TEST_CASE("JPEG decoding matches Pillow, DCT scaling decodes small, a truncated JPEG names the file", "[data][python]") {
@@ -173,4 +180,18 @@ TEST_CASE("JPEG decoding matches Pillow, DCT scaling decodes small, a truncated 
   CHECK_THROWS_WITH(decode_jpeg(jpeg, "test.jpg"), Catch::Contains("160 x 120 pixels is above the limit of 10000"));
   set_max_image_pixels(limit);
   CHECK_THROWS_AS(set_max_image_pixels(0), OptionError);
+}
+
+TEST_CASE("CMYK JPEGs (Adobe's inverted CMYK, as some of ImageNet's) decode to the RGB Pillow gives", "[data][python]") {
+  const auto dir = scratch_dir("jpeg_cmyk");
+  const fs::path source = fs::path(FRUGAL_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "jpeg" / "cmyk.jpg";  // written by Pillow
+  run_python_reference("webdataset_tar.py", "jpeg " + source.string() + " " + (dir / "pillow.npy").string());
+  std::ifstream in(dir / "pillow.npy", std::ios::binary);
+  const torch::Tensor pillow = decode_npy(std::string(std::istreambuf_iterator<char>(in), {}), "pillow.npy");
+  const std::string jpeg = bytes_of(source);
+  CHECK(jpeg_size(jpeg, "cmyk.jpg").cmyk);
+  const torch::Tensor ours = decode_jpeg(jpeg, "cmyk.jpg");
+  REQUIRE(ours.sizes() == pillow.sizes());
+  CHECK((ours.to(torch::kInt) - pillow.to(torch::kInt)).abs().max().item<int>() <= 1);
+  CHECK(decode_jpeg(jpeg, "cmyk.jpg", 20, 15).size(2) == 3);  // the DCT-scaled path too
 }

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <turbojpeg.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 
@@ -42,6 +43,19 @@ tjhandle compressor() {
 
 std::string reason(tjhandle h) { return tjGetErrorStr2(h); }
 
+// Adobe's CMYK as stored (inverted: 255 = no ink) to RGB with Pillow's arithmetic (Convert.c,
+// cmyk2rgb on the values its "CMYK;I" raw mode gives): r = (255 - k) - c (255 - k) / 255, rounded
+// as its MULDIV255, with c and k as amounts of ink.
+void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int64_t pixels) {
+  for (int64_t i = 0; i < pixels; ++i, cmyk += 4, rgb += 3) {
+    const int nk = cmyk[3];  // 255 - k
+    for (int c = 0; c < 3; ++c) {
+      const int tmp = (255 - cmyk[c]) * nk + 128;
+      rgb[c] = static_cast<uint8_t>(std::clamp(nk - (((tmp >> 8) + tmp) >> 8), 0, 255));
+    }
+  }
+}
+
 }  // namespace
 
 JpegSize jpeg_size(std::string_view bytes, const std::string& where) {
@@ -51,7 +65,7 @@ JpegSize jpeg_size(std::string_view bytes, const std::string& where) {
                           &width, &height, &subsampling, &colorspace) != 0) {
     fail(where, "not a readable JPEG: " + reason(h));
   }
-  return {width, height};
+  return {width, height, colorspace == TJCS_CMYK || colorspace == TJCS_YCCK};
 }
 
 namespace {
@@ -88,10 +102,11 @@ torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int 
       }
     }
   }
-  torch::Tensor out = torch::empty({height, width, 3}, torch::kUInt8);
+  // CMYK and YCCK JPEGs (ImageNet has some) decode to CMYK, then to RGB as Pillow converts them.
+  torch::Tensor out = torch::empty({height, width, full.cmyk ? 4 : 3}, torch::kUInt8);
   tjhandle h = decompressor();
   if (tjDecompress2(h, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
-                    out.data_ptr<uint8_t>(), width, 0, height, TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+                    out.data_ptr<uint8_t>(), width, 0, height, full.cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
     // Warnings such as extraneous bytes before a marker are common in real photos and harmless
     // (Pillow accepts them too); a truncated image is not.
     const std::string why = reason(h);
@@ -99,6 +114,11 @@ torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int 
       fail(where, "corrupt JPEG: " + why);
     }
     decompressor_handle.reset();
+  }
+  if (full.cmyk) {
+    torch::Tensor rgb = torch::empty({height, width, 3}, torch::kUInt8);
+    cmyk_to_rgb(out.data_ptr<uint8_t>(), rgb.data_ptr<uint8_t>(), int64_t{width} * height);
+    return rgb;
   }
   return out;
 }

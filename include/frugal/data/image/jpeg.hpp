@@ -17,6 +17,7 @@ namespace frugal {
 struct JpegSize {
   int width = 0;
   int height = 0;
+  bool cmyk = false;  // CMYK or YCCK: decode_jpeg converts to RGB as Pillow does
 };
 
 /// The image's size from its header alone; DataError naming `where` if it is not a JPEG.
