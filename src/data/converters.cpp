@@ -34,6 +34,8 @@ nlohmann::json parse_json_file(const fs::path& file) {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
     throw DataError(file.string(), static_cast<int64_t>(e.byte), std::string("invalid JSON: ") + e.what());
+  } catch (const nlohmann::json::exception& e) {  // a number too large for any type (out_of_range.406)
+    throw DataError(file.string(), -1, std::string("invalid JSON: ") + e.what());
   }
 }
 
@@ -87,6 +89,8 @@ ConvertResult convert_jsonl(const fs::path& file, ShardWriter& out) {
     } catch (const nlohmann::json::parse_error& e) {
       throw DataError(file.string(), line_offset + static_cast<int64_t>(e.byte) - 1,
                       c10::str("line ", line_number, ": invalid JSON: ", e.what()));
+    } catch (const nlohmann::json::exception& e) {
+      throw DataError(file.string(), line_offset, c10::str("line ", line_number, ": invalid JSON: ", e.what()));
     }
     out.write({sample_key(result.samples++), {{"json", line}}});
   }

@@ -130,6 +130,8 @@ SafetensorsReader::SafetensorsReader(std::filesystem::path path) : path_(std::mo
       json = nlohmann::json::parse(header);
     } catch (const nlohmann::json::parse_error& e) {
       throw DataError(file, 8 + static_cast<int64_t>(e.byte) - 1, c10::str("header is not valid JSON: ", e.what()));
+    } catch (const nlohmann::json::exception& e) {  // a number too large for any type (out_of_range.406)
+      throw DataError(file, 8, c10::str("header is not valid JSON: ", e.what()));
     }
     if (!json.is_object()) throw DataError(file, 8, "header is not a JSON object");
     data_start_ = 8 + static_cast<int64_t>(header_bytes);

@@ -115,6 +115,8 @@ std::vector<SquadExample> read_squad(const std::filesystem::path& path) {
     json = Json::parse(in);
   } catch (const Json::parse_error& e) {
     throw DataError(file, static_cast<int64_t>(e.byte) - 1, c10::str("not valid JSON: ", e.what()));
+  } catch (const Json::exception& e) {  // a number too large for any type (out_of_range.406) and the like
+    throw DataError(file, -1, c10::str("not valid JSON: ", e.what()));
   }
   std::vector<SquadExample> examples;
   const Json& data = member(json, "data", &Json::is_array, "array", file, "$");
@@ -283,11 +285,62 @@ std::map<std::string, std::string> best_answers(const std::vector<SquadExample>&
   return out;
 }
 
+namespace {
+
+// Unicode's Cased and Case_Ignorable properties, as Python's str.lower() tests them for the final sigma.
+bool is_cased(utf8proc_int32_t cp) {
+  const auto category = utf8proc_category(cp);
+  return category == UTF8PROC_CATEGORY_LU || category == UTF8PROC_CATEGORY_LL || category == UTF8PROC_CATEGORY_LT ||
+         utf8proc_tolower(cp) != cp || utf8proc_toupper(cp) != cp;
+}
+
+bool is_case_ignorable(utf8proc_int32_t cp) {
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_SK:
+      return true;
+    default:  // Word_Break MidLetter, MidNumLet and Single_Quote
+      return cp == '\'' || cp == '.' || cp == ':' || cp == 0xB7 || cp == 0x387 || cp == 0x5F4 || cp == 0x2018 || cp == 0x2019 ||
+             cp == 0x2024 || cp == 0x2027 || cp == 0xFE13 || cp == 0xFE52 || cp == 0xFE55 || cp == 0xFF07 || cp == 0xFF0E ||
+             cp == 0xFF1A;
+  }
+}
+
+// Python's str.lower(), which the official SQuAD script uses: the simple mapping plus the two
+// special cases Python applies (SpecialCasing.txt): U+0130 becomes "i" + U+0307, and a capital
+// sigma ends a word as U+03C2 (Final_Sigma: a cased letter before it, none after it, skipping
+// case-ignorable ones).
+std::vector<utf8proc_int32_t> python_lower(const std::vector<utf8proc_int32_t>& in) {
+  std::vector<utf8proc_int32_t> out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const utf8proc_int32_t cp = in[i];
+    if (cp == 0x130) {
+      out.push_back('i');
+      out.push_back(0x307);
+    } else if (cp == 0x3A3) {
+      ptrdiff_t j = static_cast<ptrdiff_t>(i) - 1;
+      while (j >= 0 && is_case_ignorable(in[static_cast<size_t>(j)])) --j;
+      bool final = j >= 0 && is_cased(in[static_cast<size_t>(j)]);
+      if (final) {
+        size_t k = i + 1;
+        while (k < in.size() && is_case_ignorable(in[k])) ++k;
+        final = k == in.size() || !is_cased(in[k]);
+      }
+      out.push_back(final ? 0x3C2 : 0x3C3);
+    } else {
+      out.push_back(utf8proc_tolower(cp));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string normalize_squad_answer(const std::string& text) {
   static const std::string kPunctuation = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";  // Python's string.punctuation
   std::vector<utf8proc_int32_t> cps;
-  for (const auto cp : code_points(text)) {
-    const auto lower = utf8proc_tolower(cp);
+  for (const auto lower : python_lower(code_points(text))) {
     if (lower < 128 && kPunctuation.find(static_cast<char>(lower)) != std::string::npos) continue;
     cps.push_back(lower);
   }

@@ -15,9 +15,13 @@ struct Char {
   int64_t source;  // index of the original character it came from
 };
 
+// Hugging Face's _is_whitespace (Zs and four controls) plus what its split() then splits on: the line
+// and paragraph separators (Zl, Zp: U+2028, U+2029), which _clean_text keeps. The other controls
+// Python's str.isspace() counts (\x0b, \x0c, \x1c-\x1f, \x85) are removed as controls first.
 bool is_whitespace(utf8proc_int32_t cp) {
   if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r') return true;
-  return utf8proc_category(cp) == UTF8PROC_CATEGORY_ZS;
+  const auto category = utf8proc_category(cp);
+  return category == UTF8PROC_CATEGORY_ZS || category == UTF8PROC_CATEGORY_ZL || category == UTF8PROC_CATEGORY_ZP;
 }
 
 // Hugging Face's _is_control: categories C* except the whitespace controls.

@@ -49,17 +49,22 @@ TEST_CASE("SQuAD EM and F1 match an independent implementation of the official v
       {"q7", "?", {"Normans"}},
       {"q8", "?", {"x"}},
       {"q9", "?", {"\u00ABthe\u00BB quote"}},
+      // Python's str.lower(): \u0130 becomes i + U+0307, a word-final \u03a3 becomes \u03c2.
+      {"q10", "?", {"\u0130STANBUL"}},
+      {"q11", "?", {"\u039f\u0394\u039f\u03a3 \u03a3\u039f\u03a6\u039f\u03a3."}},
   };
   std::ofstream(dir / "dev.json") << squad_file(questions).dump();
   const std::map<std::string, std::string> predictions{
       {"q1", "Normans"},           {"q2", "Normandy."},     {"q3", "CAF\u00c9 AU LAIT"}, {"q4", "old drink"},
-      {"q5", "the end"},           {"q6", "b c d e f"},     {"q7", ""},                  {"q9", "\u00ABthe\u00BB Quote"}};
+      {"q5", "the end"},           {"q6", "b c d e f"},     {"q7", ""},                  {"q9", "\u00ABthe\u00BB Quote"},
+      {"q10", "i\u0307stanbul"},   {"q11", "\u03bf\u03b4\u03bf\u03c2 \u03c3\u03bf\u03c6\u03bf\u03c2"},
+      {"q12", "'\u03a3' \u03a3\u0391\u03a3' x\u03a3y A\u03a3\u00AD \u0130i"}};
   std::ofstream(dir / "predictions.json") << Json(predictions).dump();
   const auto ref = run_python_reference("squad_v11_eval.py", "score " + (dir / "dev.json").string() + " " + (dir / "predictions.json").string());
   const auto examples = read_squad(dir / "dev.json");
   const SquadScore score = squad_score(examples, predictions);
-  CHECK(score.questions == 9);
-  CHECK(score.unanswered == 1);  // q8
+  CHECK(score.questions == 11);
+  CHECK(score.unanswered == 1);  // q8 (q12 answers no question: only normalised)
   CHECK(score.exact_match == Approx(ref["exact_match"].get<double>()).epsilon(1e-12));
   CHECK(score.f1 == Approx(ref["f1"].get<double>()).epsilon(1e-12));
   for (const auto& [id, text] : predictions) CHECK(normalize_squad_answer(text) == ref["normalized"][text].get<std::string>());
@@ -145,4 +150,6 @@ TEST_CASE("SQuAD JSON errors name the file and the JSON path", "[bert]") {
              Catch::Contains("answer_start: 9223372036854775807 puts the answer outside"));
   CHECK_THAT(error_of(R"({"version": "1.1"})"), Catch::Contains("$.data: missing"));
   CHECK_THAT(error_of(R"({"data": [)"), Catch::Contains("not valid JSON"));
+  // Found by the squad fuzz target: a number no type holds was an nlohmann out_of_range escaping.
+  CHECK_THAT(error_of(R"({"version": 1E99999, "data": []})"), Catch::Contains("not valid JSON") && Catch::Contains("number overflow"));
 }

@@ -21,6 +21,7 @@ const std::vector<std::string> kTexts{
     "\u6211\u7231\u5317\u4eac mixed\u4e2d\u6587text",
     "a\x01" "b\u200bc\x07d\te\nf",
     "nbsp\u00a0and\u3000ideographic space",
+    "line\u2028paragraph\u2029vt\x0b" "ff\x0c" "nel\u0085fs\x1c" "end",
     std::string(150, 'a') + " short",
     "zyxwv playing played \U0001F600 ok",
     "HELLO World \u00bfQu\u00e9? \u00abguillemets\u00bb \u2014 dash",
