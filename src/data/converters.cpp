@@ -132,6 +132,7 @@ ConvertResult convert_squad(const fs::path& file, ShardWriter& out) {
       }
     }
   }
+  if (result.samples == 0) throw DataError(file.string(), -1, "no questions: nothing to convert (an empty data set)");
   result.shards = out.finish();
   return result;
 }

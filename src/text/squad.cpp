@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "frugal/errors.hpp"
+#include "frugal/log.hpp"
 
 namespace frugal {
 namespace {
@@ -151,6 +152,9 @@ std::vector<SquadExample> read_squad(const std::filesystem::path& path) {
       }
     }
   }
+  if (examples.empty()) {
+    throw DataError(file, -1, "no questions: the file's articles hold no paragraph with a question (an empty data set)");
+  }
   return examples;
 }
 
@@ -158,6 +162,7 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
                                               const SquadFeatureOptions& options, bool training) {
   const int64_t cls = tokenizer.id_of("[CLS]"), sep = tokenizer.id_of("[SEP]"), pad = tokenizer.id_of("[PAD]");
   std::vector<SquadFeature> features;
+  int64_t without_answer = 0, text_differs = 0;
   for (size_t e = 0; e < examples.size(); ++e) {
     const SquadExample& example = examples[e];
     std::vector<WordPieceToken> query = tokenizer.tokenize(example.question);
@@ -171,8 +176,12 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
     }
     // The answer's tokens: the first ending after its start, the last beginning before its end.
     int64_t answer_first = -1, answer_last = -1;
+    if (training && example.answers.empty()) ++without_answer;
     if (training && !example.answers.empty()) {
       const int64_t begin = example.answers[0].start, end = begin + char_count(example.answers[0].text);
+      const std::vector<utf8proc_int32_t> chars = code_points(example.context), said = code_points(example.answers[0].text);
+      const bool inside = begin >= 0 && begin + static_cast<int64_t>(said.size()) <= static_cast<int64_t>(chars.size());
+      if (!inside || !std::equal(said.begin(), said.end(), chars.begin() + begin)) ++text_differs;
       for (int64_t t = 0; t < n; ++t) {
         if (answer_first < 0 && context[static_cast<size_t>(t)].end > begin) answer_first = t;
         if (context[static_cast<size_t>(t)].begin < end) answer_last = t;
@@ -186,10 +195,14 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
       start += std::min(length, options.doc_stride);
     }
     // The window where a token has the most context: min(left, right) + 0.01 x window length.
-    auto max_context_window = [&windows](int64_t token) {
+    // Windows come in order of start and are at most max_doc long, so only those starting within
+    // max_doc before the token can hold it (scanning all of them made long contexts quadratic).
+    auto max_context_window = [&windows, max_doc](int64_t token) {
       double best = -1;
       size_t best_window = 0;
-      for (size_t w = 0; w < windows.size(); ++w) {
+      const auto first = std::lower_bound(windows.begin(), windows.end(), token - max_doc + 1,
+                                          [](const std::pair<int64_t, int64_t>& w, int64_t s) { return w.first < s; });
+      for (auto w = static_cast<size_t>(first - windows.begin()); w < windows.size() && windows[w].first <= token; ++w) {
         const auto [start, length] = windows[w];
         if (token < start || token >= start + length) continue;
         const double score = static_cast<double>(std::min(token - start, start + length - 1 - token)) + 0.01 * static_cast<double>(length);
@@ -231,6 +244,15 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
       }
       features.push_back(std::move(f));
     }
+  }
+  // Hugging Face's run_qa.py does the same with both, silently: Frugal says so.
+  if (without_answer > 0) {
+    log::warn(c10::str("SQuAD: ", without_answer, " of ", examples.size(), " training questions have no answer: their features ",
+                       "point at [CLS] (no answer in the window), as Hugging Face's run_qa.py trains them"));
+  }
+  if (text_differs > 0) {
+    log::warn(c10::str("SQuAD: ", text_differs, " of ", examples.size(), " training answers differ from the context at their ",
+                       "answer_start: the span at answer_start is trained on, as Hugging Face's run_qa.py does"));
   }
   return features;
 }

@@ -149,6 +149,9 @@ TEST_CASE("SQuAD JSON errors name the file and the JSON path", "[bert]") {
                "answers": [{"text": "b", "answer_start": 9223372036854775807}]}]}]}]})"),
              Catch::Contains("answer_start: 9223372036854775807 puts the answer outside"));
   CHECK_THAT(error_of(R"({"version": "1.1"})"), Catch::Contains("$.data: missing"));
+  // An empty data set is an error before training, not a bare LibTorch error after it.
+  CHECK_THAT(error_of(R"({"data": [{"title": "t", "paragraphs": []}]})"), Catch::Contains("no questions"));
+  CHECK_THAT(error_of(R"({"data": []})"), Catch::Contains("no questions"));
   CHECK_THAT(error_of(R"({"data": [)"), Catch::Contains("not valid JSON"));
   // Found by the squad fuzz target: a number no type holds was an nlohmann out_of_range escaping.
   CHECK_THAT(error_of(R"({"version": 1E99999, "data": []})"), Catch::Contains("not valid JSON") && Catch::Contains("number overflow"));

@@ -111,6 +111,12 @@ TEST_CASE("JSONL and SQuAD files become one JSON sample per line or question, an
   ShardWriter broken_out(dir / "broken");
   CHECK_THROWS_WITH(convert_squad(dir / "broken.json", broken_out),
                     Catch::Contains("broken.json") && Catch::Contains("$.data[0].paragraphs[0].qas[1].question: expected string"));
+
+  nlohmann::json empty = squad;
+  empty["data"][0]["paragraphs"] = nlohmann::json::array();
+  write_text(dir / "empty.json", empty.dump());
+  ShardWriter empty_out(dir / "empty");
+  CHECK_THROWS_WITH(convert_squad(dir / "empty.json", empty_out), Catch::Contains("empty.json") && Catch::Contains("nothing to convert"));
 }
 
 TEST_CASE("NPY arrays round-trip in every supported dtype, and malformed arrays name the offset", "[data]") {
