@@ -43,15 +43,6 @@ std::vector<int64_t> spread_lengths(int64_t batch, int64_t seq, double padding) 
 }
 
 
-frugal::BertConfig config_of(int64_t hidden, int64_t layers, int64_t heads) {
-  frugal::BertConfig c;
-  c.hidden_size = hidden;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = heads;
-  c.intermediate_size = 4 * hidden;
-  return c;
-}
-
 // Seconds of a fit of `steps` steps: thread CPU time with one LibTorch thread, else wall time.
 double fit_seconds(const frugal::BertConfig& config, int64_t seq, const std::vector<int64_t>& lengths, int64_t steps, const std::string& device,
                    frugal::Precision precision, bool unpad, bool cpu_memory_cache = true) {
@@ -83,7 +74,7 @@ int train_step(const std::string& results, const std::string& python, int64_t hi
   if (thread_count > 0) torch::set_num_threads(static_cast<int>(thread_count));
   if (padding < 0 || padding >= 1) throw std::invalid_argument(c10::str("PADDING must be in [0, 1), got ", padding));
   const int threads = static_cast<int>(torch::get_num_threads());
-  const frugal::BertConfig config = config_of(hidden, layers, heads);
+  const frugal::BertConfig config = frugal::bench::bert_config(hidden, layers, heads);
   const std::vector<int64_t> lengths = padding > 0 ? spread_lengths(batch, seq, padding) : std::vector<int64_t>(batch, seq);
   std::string length_list;
   for (const int64_t length : lengths) length_list += c10::str(length_list.empty() ? "" : ",", length);

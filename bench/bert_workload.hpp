@@ -11,6 +11,16 @@
 
 namespace frugal::bench {
 
+/// A BERT of the given size with BERT's usual proportions (feed-forward 4 x hidden).
+inline frugal::BertConfig bert_config(int64_t hidden, int64_t layers, int64_t heads) {
+  frugal::BertConfig c;
+  c.hidden_size = hidden;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.intermediate_size = 4 * hidden;
+  return c;
+}
+
 // One fixed batch of random token ids, padded (id 0) after the given lengths, served for every
 // index (the model is what is measured).
 class RandomTokens : public frugal::Dataset {

@@ -44,14 +44,7 @@ namespace {
 
 struct Shape {
   int64_t hidden = 768, layers = 12, heads = 12, seq = 384, batch = 4;
-  frugal::BertConfig config() const {
-    frugal::BertConfig c;
-    c.hidden_size = hidden;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = heads;
-    c.intermediate_size = 4 * hidden;
-    return c;
-  }
+  frugal::BertConfig config() const { return frugal::bench::bert_config(hidden, layers, heads); }
   std::string args() const { return c10::str(hidden, " ", layers, " ", heads, " ", seq, " ", batch); }
 };
 

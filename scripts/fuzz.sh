@@ -21,7 +21,7 @@ declare -A sources=(
   [jpeg]="src/data/image/jpeg.cpp"
   [npy]="src/data/npy.cpp"
   [safetensors]="src/io/safetensors.cpp"
-  [squad]="src/text/squad.cpp src/text/wordpiece.cpp"
+  [squad]="src/text/squad.cpp src/text/wordpiece.cpp src/data/converters.cpp"
   [wordpiece]="src/text/wordpiece.cpp"
   [config]="src/config/config.cpp"
 )

@@ -1,13 +1,16 @@
 #pragma once
 // Watches the training loss for NaN and infinity without making the loop wait for the device:
-// the first optimizer step whose loss was not finite is kept in two device scalars and read back
-// only where the loop waits anyway (a log line, a checkpoint, the end of the fit). Steps the fp16
-// loss scaler skipped do not count: their overflow is the scaler's to handle.
+// each optimizer step's loss (summed over its micro-steps) stays on the device until the loop
+// waits anyway (a log line, a checkpoint, the end of the fit), and then all of them are read back
+// at once. Steps the fp16 loss scaler skipped do not count: their overflow is the scaler's to
+// handle. On the hot path this costs nothing beyond the copy of the first micro-step's loss.
 
 #include <torch/types.h>
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace frugal::detail {
 
@@ -20,15 +23,15 @@ class NonFiniteWatch {
 
   /// Adds one micro-step's (detached) loss to the current optimizer step's.
   void add_micro_step(const torch::Tensor& loss);
-  /// Ends optimizer step `step`: its loss counts unless the step was cancelled.
+  /// Ends optimizer step `step`: its loss is kept for the next read unless the step was cancelled.
   void end_step(int64_t step, bool cancelled);
-  /// The first step seen with a non-finite loss, if any (waits for the device).
-  std::optional<Finding> first() const;
+  /// The first step seen with a non-finite loss, if any (waits for the device once).
+  std::optional<Finding> first();
 
  private:
-  torch::Tensor step_loss_;   // fp32, summed over the current step's micro-steps
-  torch::Tensor first_step_;  // int64, -1 until a non-finite step is seen
-  torch::Tensor first_loss_;  // fp32
+  torch::Tensor step_loss_;                                 // fp32, the current step's
+  std::vector<std::pair<int64_t, torch::Tensor>> pending_;  // (step, loss) not read yet
+  std::optional<Finding> found_;
 };
 
 }  // namespace frugal::detail
