@@ -17,3 +17,6 @@ write_basic_package_version_file("${CMAKE_CURRENT_BINARY_DIR}/frugalConfigVersio
 install(FILES "${CMAKE_CURRENT_BINARY_DIR}/frugalConfig.cmake"
               "${CMAKE_CURRENT_BINARY_DIR}/frugalConfigVersion.cmake"
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/frugal)
+# The same targets for the build tree, so find_package(frugal) also works with
+# CMAKE_PREFIX_PATH (or frugal_DIR) pointing at build/, without installing.
+export(EXPORT frugalTargets NAMESPACE frugal:: FILE "${CMAKE_CURRENT_BINARY_DIR}/frugalTargets.cmake")

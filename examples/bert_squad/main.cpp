@@ -163,6 +163,7 @@ int run(int argc, char** argv) {
   frugal::log::info(c10::str("SQuAD: ", train_examples.size(), " training questions in ", train->size(), " windows",
                              dev ? c10::str(", ", dev_examples.size(), " dev questions in ", dev->size(), " windows") : std::string()));
 
+  frugal::preemption::stop_if_requested("preparing the SQuAD data");
   torch::manual_seed(static_cast<uint64_t>(m.seed));
   frugal::BertForQuestionAnswering net = m.dir.empty()
                                               ? frugal::BertForQuestionAnswering(frugal::BertConfig::from_json_file(m.config))
@@ -195,6 +196,7 @@ int run(int argc, char** argv) {
             {"loss", frugal::question_answering_loss(start_logits, end_logits, starts, ends)},
             {"span_accuracy", (start_logits.argmax(1).eq(starts) & end_logits.argmax(1).eq(ends)).to(torch::kFloat32).mean()}};
       }));
+  frugal::preemption::stop_if_requested("loading the model");
   frugal::Trainer trainer(model, [o](torch::nn::Module& module) { return make_adamw(module, o); }, train, options.trainer,
                           options.data);
   if (dev) trainer.set_validation_data(dev);

@@ -121,6 +121,7 @@ int run(int argc, char** argv) {
   } else {
     std::tie(train, validation) = sharded_spirals(m, options.shards);
   }
+  frugal::preemption::stop_if_requested("preparing the data");
   Mlp net(m.hidden, m.layers, m.classes);
   frugal::Model model(
       net.ptr(),

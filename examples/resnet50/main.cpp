@@ -142,6 +142,7 @@ int run(int argc, char** argv) {
   // reference scripts' torch.backends.cudnn.benchmark = True).
   if (device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
   const resnet_example::ImageData data = resnet_example::open_image_data(d, options.shards, device);
+  frugal::preemption::stop_if_requested("opening the image data");
   torch::manual_seed(static_cast<uint64_t>(m.seed));
   frugal::ResNet net(frugal::ResNetOptions::variant(m.variant)
                          .base_channels(m.base_channels)
@@ -174,6 +175,7 @@ int run(int argc, char** argv) {
                                     {"top1", top_k(logits, b.target, 1)},
                                     {"top5", top_k(logits, b.target, 5)}};
       }));
+  frugal::preemption::stop_if_requested("loading the model");
   frugal::Trainer trainer(model, [o](torch::nn::Module& module) { return make_sgd(module, o); }, data.train,
                           options.trainer, options.data);
   if (data.val) trainer.set_validation_data(data.val);

@@ -49,6 +49,14 @@ class NonFiniteError : public TrainingError {
   using TrainingError::TrainingError;
 };
 
+/// SIGTERM or SIGUSR1 arrived before training started (while loading data or building the model):
+/// nothing was trained, so nothing needs saving. run_program prints the message and exits 0, as
+/// a pre-emption during training does after its checkpoint.
+class Preempted : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A data file (shard, index, image, JSON, NPY...) is malformed, truncated or unsafe. `file()` names
 /// it and `offset()` is the byte offset where the problem was found (-1 when it has none).
 class DataError : public Error {

@@ -160,6 +160,9 @@ void CheckpointPolicy::on_fit_begin(const Trainer& trainer) {
   resume_.reset();  // a later fit searches afresh
   store_ = CheckpointStore(checkpoint_dir(options_, trainer));
   if (options_.on_signal()) preemption::install();
+  // One process: a signal from before the fit ends it here. Ranks stop together at the first
+  // step's collective check instead (one rank alone leaving would strand the others).
+  if (options_.on_signal() && trainer.world_size() == 1) preemption::stop_if_requested("starting the fit");
   last_save_time_ = std::chrono::steady_clock::now();
 }
 

@@ -1,6 +1,9 @@
 #include "frugal/checkpoint/preemption.hpp"
 
 #include <csignal>
+#include <string>
+
+#include "frugal/errors.hpp"
 
 namespace frugal::preemption {
 namespace {
@@ -18,6 +21,14 @@ void install() {
 }
 
 int requested() { return requested_signal; }
+
+void stop_if_requested(const char* stage) {
+  const int signal = requested_signal;
+  if (signal == 0) return;
+  clear();
+  throw Preempted(std::string(signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a stop signal") + " while " + stage +
+                  ": stopped before training started; nothing was trained or written, the next start begins as this one would have");
+}
 void clear() { requested_signal = 0; }
 
 }  // namespace frugal::preemption

@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "frugal/checkpoint/preemption.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/errors.hpp"
 
@@ -16,6 +17,9 @@ int run_program(const std::string& program, const std::function<int()>& body) {
   } catch (const OptionError& e) {
     std::cerr << program << ": " << e.what() << "\n";
     return 2;
+  } catch (const Preempted& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 0;
   } catch (const SmokeTestFailed& e) {
     std::cerr << program << ": the run did not start: " << e.what() << "\n";
     return 1;
@@ -30,6 +34,8 @@ ProgramStart start_program(int argc, char** argv, Config& config, const Standard
   ProgramStart start{load_config(argc, argv, config, description, process_environment()), {}};
   if (start.cli.exit_code) return start;
   log::set_level(options.log_level);
+  // From here a pre-emption notice is recorded, not fatal: loading data and models can take minutes.
+  if (options.checkpoint_enabled && options.checkpoint.on_signal()) preemption::install();
   start.world = detect_world(process_environment());
   resolve_device(options.trainer.device());  // before anything is written into the run directory
   if (start.world.rank == 0) {

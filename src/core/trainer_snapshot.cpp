@@ -6,6 +6,7 @@
 
 #include "detail/host_memory.hpp"
 #include "detail/optimizer_copy.hpp"
+#include "optim/detail/optimizer_archive.hpp"
 #include "frugal/checkpoint/checkpoint_store.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/distributed/communicator.hpp"
@@ -27,11 +28,7 @@ std::vector<std::pair<std::string, at::Generator>> generators() {
   return out;
 }
 
-std::string serialize_optimizer(torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  return detail::archive_bytes(archive);
-}
+std::string serialize_optimizer(torch::optim::Optimizer& optimizer) { return detail::optimizer_archive_bytes(optimizer); }
 
 // The parameters whose weights a sharded snapshot keeps in its shards rather than in "model/".
 const ShardingInfo* sharding_of(const TrainingSnapshot& s) {

@@ -1,11 +1,13 @@
 // Checkpoints that cannot fool a resume: a manifest naming files outside the checkpoint, a
 // manifest rewritten to match a truncated file, a junk ckpt-* folder, a `latest` pointer to
 // nowhere; damaged checkpoints are moved aside, the previous valid one is used, and a run whose
-// every checkpoint is damaged refuses to start from scratch unless told to.
+// every checkpoint is damaged refuses to start from scratch unless told to; a SIGTERM before
+// training starts ends the program cleanly.
 #include <catch2/catch.hpp>
 
 #include <zlib.h>
 
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -147,4 +149,33 @@ TEST_CASE("when every checkpoint is damaged the run refuses to start from scratc
   Run fresh = make_run(dir, 2, /*resume=*/false);
   fresh.trainer->fit();
   CHECK(fresh.trainer->state().step == 2);
+}
+
+TEST_CASE("SIGTERM before training starts (data or model still loading) ends the program cleanly: exit 0, nothing written",
+          "[checkpoint][preemption]") {
+  const auto dir = scratch_dir("early_sigterm") / "run";
+  StandardOptions options;
+  Config config;
+  bind(config, options);
+  const std::string run_dir = "--trainer.run_dir=" + dir.string();
+  std::vector<const char*> argv{"prog", "--checkpoint.enabled=true", "--trainer.device=cpu", run_dir.c_str()};
+  int reached = 0;
+  const int code = run_program("test", [&] {
+    start_program(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), config, options, "test");
+    std::raise(SIGTERM);  // without the handler start_program installed, this ends the test process
+    reached = 1;
+    preemption::stop_if_requested("loading the data");
+    reached = 2;
+    return 3;
+  });
+  CHECK(reached == 1);
+  CHECK(code == 0);
+
+  // A signal between loading and the fit: the fit stops before its first step, writing nothing.
+  Run r = make_run(dir, 8);
+  std::raise(SIGTERM);
+  CHECK_THROWS_AS(r.trainer->fit(), Preempted);
+  CHECK(r.trainer->state().step == 0);
+  CHECK_FALSE(fs::exists(dir / "checkpoints"));
+  CHECK(preemption::requested() == 0);
 }

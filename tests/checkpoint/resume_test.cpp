@@ -65,6 +65,28 @@ TEST_CASE("a run stopped and resumed from its checkpoint ends bitwise equal to a
   CHECK_FALSE(torch::equal(flat_parameters(*clean.net), flat_parameters(*off.net)));
 }
 
+TEST_CASE("two identical runs write byte-identical checkpoint files (optimizer state keyed by position, not address)",
+          "[checkpoint][resume]") {
+  torch::set_num_threads(1);
+  const auto root = scratch_dir("deterministic_files");
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  Run a = make_run(root / "a", 10, 1);
+  a.trainer->fit();
+  Run b = make_run(root / "b", 10, 1);
+  b.trainer->fit();
+  const auto dir_a = CheckpointStore(root / "a" / "checkpoints").find_latest_valid()->info.dir;
+  const auto dir_b = CheckpointStore(root / "b" / "checkpoints").find_latest_valid()->info.dir;
+  for (const char* file : {"optimizer.pt", "state.pt"}) {
+    INFO(file);
+    const std::string bytes = read(dir_a / file);
+    CHECK(bytes.size() > 0);
+    CHECK(bytes == read(dir_b / file));
+  }
+}
+
 TEST_CASE("a checkpoint of another architecture is refused with the reason, and another world size keeps the epoch's position",
           "[checkpoint][resume]") {
   const auto root = scratch_dir("resume_mismatch");

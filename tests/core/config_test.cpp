@@ -70,6 +70,22 @@ TEST_CASE("an empty value (key=) on the command line does not take the next argu
   CHECK_THAT(error_of({"--trainer.max_epochs="}, {}), Catch::Contains("trainer.max_epochs"));
 }
 
+TEST_CASE("command-line mistakes are named in the user's terms: a missing value, a repeated flag, a stray value, a typo",
+          "[core][config]") {
+  CHECK_THAT(error_of({"--trainer.max_epochs", "--data.seed=1"}, {}),
+             Catch::Contains("--trainer.max_epochs needs a value") && Catch::Contains("followed by --data.seed=1"));
+  CHECK_THAT(error_of({"--data.seed"}, {}), Catch::Contains("--data.seed needs a value") && Catch::Contains("ends the line"));
+  CHECK_THAT(error_of({"--data.seed=1", "--data.seed", "2"}, {}),
+             Catch::Contains("--data.seed is given 2 times ('1', '2'): give it once"));
+  CHECK_THAT(error_of({"--smoke-test", "true"}, {}),
+             Catch::Contains("unexpected argument 'true'") && Catch::Contains("--smoke-test takes no value"));
+  CHECK_THAT(error_of({"--max_epochs=3"}, {}), Catch::Contains("unknown option --max_epochs (did you mean --trainer.max_epochs?)"));
+  CHECK_THAT(error_of({"--trainer.max_epoch", "3"}, {}), Catch::Contains("did you mean --trainer.max_epochs?"));
+  // Negative numbers are values, not options.
+  Loaded negative({"--trainer.max_steps", "-1"}, {});
+  CHECK(negative.options.trainer.max_steps() == -1);
+}
+
 TEST_CASE("unknown keys are errors naming the key and the source", "[core][config]") {
   auto file = write_file("unknown.toml", "[trainer]\nmax_epoch = 3\n");
   CHECK_THAT(error_of({"--config", file.string()}, {}),

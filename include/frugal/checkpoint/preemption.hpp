@@ -4,8 +4,12 @@
 // policy writes a checkpoint and the fit returns normally. A second signal while the checkpoint
 // is being written is recorded the same way and changes nothing.
 //
-//   frugal::preemption::install();           // CheckpointPolicy does this
+// start_program installs the handlers before data and models load, so a signal in a program's
+// first moments ends it cleanly too: stop_if_requested between start-up stages throws Preempted.
+//
+//   frugal::preemption::install();           // start_program and CheckpointPolicy do this
 //   if (int sig = frugal::preemption::requested()) ...
+//   frugal::preemption::stop_if_requested("loading the data");
 
 namespace frugal::preemption {
 
@@ -13,6 +17,8 @@ namespace frugal::preemption {
 void install();
 /// The signal that asked to stop, or 0.
 int requested();
+/// Throws Preempted naming the signal and `stage` when one was requested (before training).
+void stop_if_requested(const char* stage);
 /// Forgets a request (tests; a fit that has handled it).
 void clear();
 

@@ -1,0 +1,16 @@
+#pragma once
+// An optimizer's state serialized the way torch::optim::Optimizer::save writes it, except that
+// each parameter is keyed by its position (1, 2, ... across the groups) instead of its tensor's
+// address, and the state is written in parameter order: two identical runs write identical
+// bytes. Optimizer::load reads it unchanged (it maps keys to parameters by position).
+#include <torch/optim/optimizer.h>
+
+#include <string>
+
+namespace frugal::detail {
+
+/// The optimizer's archive bytes, deterministic for LibTorch's own optimizers (SGD, Adam, AdamW,
+/// RMSprop, Adagrad, LBFGS and their subclasses); any other optimizer's own save().
+std::string optimizer_archive_bytes(const torch::optim::Optimizer& optimizer);
+
+}  // namespace frugal::detail
