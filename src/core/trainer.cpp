@@ -226,6 +226,7 @@ void Trainer::train_epoch() {
                       window_loss_sum_.defined() ? window_loss_sum_.clone() : torch::Tensor()});
     }
     const bool last = train_loader_.next_is_last();
+    batch_in_epoch_ = train_loader_.position().batch_index;
     const Batch batch = train_loader_.next()->to(device_, /*non_blocking=*/true);
     train_micro_step(batch, last);
   }
@@ -237,6 +238,22 @@ void Trainer::train_epoch() {
   if (epoch_done) {
     for (auto& p : policies_) p->on_epoch_end(state_);
   }
+}
+
+std::string Trainer::describe_batch(const Batch& batch) const {
+  std::string out = c10::str("epoch ", state_.epoch, ", batch ", batch_in_epoch_, " of ", train_loader_.batches_per_epoch(),
+                             world_size() > 1 ? c10::str(" on rank ", rank()) : std::string());
+  const std::vector<int64_t> examples = train_loader_.examples_of(batch_in_epoch_);
+  if (!examples.empty()) {
+    out += " (dataset examples ";
+    for (size_t i = 0; i < examples.size() && i < 8; ++i) out += c10::str(i ? ", " : "", examples[i]);
+    out += examples.size() > 8 ? c10::str(", ... ", examples.size(), " in all)") : std::string(")");
+  }
+  const torch::Tensor& t = batch.target;
+  if (t.defined() && t.numel() > 0 && !t.is_floating_point() && !t.is_complex()) {
+    out += c10::str(", targets ", t.min().item<int64_t>(), "..", t.max().item<int64_t>());
+  }
+  return out;
 }
 
 void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
@@ -254,6 +271,8 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
     } catch (const c10::OutOfMemoryError& e) {
       if (!oom_net_->enabled()) throw;
       oom_net_->out_of_memory(e, batch.size(), state_.step + 1);
+    } catch (const c10::Error& e) {  // LibTorch's words ("Target 7 is out of bounds"), said of this batch
+      throw TrainingError(c10::str("step ", state_.step + 1, ", ", describe_batch(batch), ": forward/backward failed: ", message_of(e)));
     }
   }
   if (oom_net_->skipping()) oom_net_->stand_in(ctx, policies_, device_, transformed);

@@ -138,6 +138,13 @@ std::optional<Batch> DataLoader::next() {
   return std::move(prepared.batch);
 }
 
+std::vector<int64_t> DataLoader::examples_of(int64_t batch_index) const {
+  if (!order_ || batch_index < 0 || batch_index >= batches_per_epoch()) return {};
+  const int64_t begin = batch_index * options_.batch_size();
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size(), static_cast<int64_t>(order_->size()));
+  return {order_->begin() + begin, order_->begin() + end};
+}
+
 void DataLoader::shard(int64_t num_replicas, int64_t rank) {
   DataLoaderOptions options = options_;
   options.num_replicas(num_replicas).rank(rank);

@@ -70,6 +70,12 @@ WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> vocab, WordPiece
   const auto unk = ids_.find("[UNK]");
   if (unk == ids_.end()) throw DataError("vocabulary", -1, "has no [UNK] token");
   unk_id_ = unk->second;
+  for (const auto& special : options_.special_tokens) {
+    if (special.empty() || special.front() != '[') {
+      throw DataError("vocabulary", -1, "special token '" + special + "' must start with '[' (as BERT's do)");
+    }
+    if (ids_.count(special) > 0) specials_.push_back(special);
+  }
 }
 
 WordPieceTokenizer WordPieceTokenizer::from_vocab_file(const std::filesystem::path& file, WordPieceOptions options) {
@@ -94,16 +100,43 @@ int64_t WordPieceTokenizer::id_of(const std::string& token) const {
 }
 
 std::vector<WordPieceToken> WordPieceTokenizer::tokenize(std::string_view text) const {
+  // Special tokens written in the text are matched first, exactly (case and all), wherever they
+  // stand, as Hugging Face's tokenizers do; the text between them is tokenized as usual.
+  std::vector<WordPieceToken> out;
+  size_t segment = 0;
+  int64_t chars_before = 0;
+  for (size_t at = text.find('['); at != std::string_view::npos; at = text.find('[', at)) {
+    const std::string* match = nullptr;
+    for (const auto& special : specials_) {
+      if (text.compare(at, special.size(), special) == 0 && (match == nullptr || special.size() > match->size())) match = &special;
+    }
+    if (match == nullptr) {
+      ++at;
+      continue;
+    }
+    chars_before += tokenize_plain(text.substr(segment, at - segment), segment, chars_before, out);
+    const auto length = static_cast<int64_t>(match->size());  // ASCII: bytes are characters
+    out.push_back({*match, ids_.at(*match), chars_before, chars_before + length});
+    chars_before += length;
+    at += match->size();
+    segment = at;
+  }
+  tokenize_plain(text.substr(segment), segment, chars_before, out);
+  return out;
+}
+
+int64_t WordPieceTokenizer::tokenize_plain(std::string_view text, size_t byte_offset, int64_t char_offset,
+                                           std::vector<WordPieceToken>& out) const {
   const bool strip = options_.strip_accents < 0 ? options_.lower_case : options_.strip_accents == 1;
   // 1. Decode, clean, space CJK, lower-case and strip accents, keeping each char's source index.
   std::vector<Char> chars;
   chars.reserve(text.size());
-  int64_t index = 0;
+  int64_t index = char_offset;
   for (size_t at = 0; at < text.size(); ++index) {
     utf8proc_int32_t cp = 0;
     const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
                                     static_cast<utf8proc_ssize_t>(text.size() - at), &cp);
-    if (n < 0) throw DataError("text", static_cast<int64_t>(at), "invalid UTF-8");
+    if (n < 0) throw DataError("text", static_cast<int64_t>(byte_offset + at), "invalid UTF-8");
     at += static_cast<size_t>(n);
     if (cp == 0 || cp == 0xFFFD || is_control(cp)) continue;
     if (is_whitespace(cp)) {
@@ -142,7 +175,6 @@ std::vector<WordPieceToken> WordPieceTokenizer::tokenize(std::string_view text) 
     }
   }
   // 3. WordPiece, greedy longest match first.
-  std::vector<WordPieceToken> out;
   for (const auto& [begin, end] : words) {
     const int64_t word_begin = chars[begin].source, word_end = chars[end - 1].source + 1;
     if (static_cast<int64_t>(end - begin) > options_.max_chars_per_word) {
@@ -177,7 +209,7 @@ std::vector<WordPieceToken> WordPieceTokenizer::tokenize(std::string_view text) 
       out.push_back({"[UNK]", unk_id_, word_begin, word_end});
     }
   }
-  return out;
+  return index - char_offset;
 }
 
 }  // namespace frugal

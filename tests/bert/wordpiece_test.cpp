@@ -27,6 +27,11 @@ const std::vector<std::string> kTexts{
     "HELLO World \u00bfQu\u00e9? \u00abguillemets\u00bb \u2014 dash",
     "",
     "   ",
+    // Special tokens written in the text: exact case only, even inside a word.
+    "[CLS] hello [SEP] world [MASK]",
+    "hello[SEP]world [cls] [UNK]x [PAD]",
+    "[CLS][SEP][[CLS]]",
+    "[Cls] [MASK ] HELLO[MASK]ok \u00e9[SEP]",
 };
 
 const std::vector<std::string> kWords{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "yes", "don", "##t",
@@ -38,7 +43,7 @@ fs::path write_vocab(const fs::path& dir) {
   std::vector<std::string> vocab = kWords;
   // Every single character (and its continuation form) that the texts produce, so WordPiece can
   // fall back to characters, except 'z', 'y', 'w', 'v' ('zyxwv' must become [UNK]).
-  const std::string chars = "abcdefghijklmnopqrstuxABCDEFGHIJKLMNOPQRSTUX0123456789.,!?()$'-\u00bf\u00ab\u00bb\u2014\u00e9\u00cf\u0131";
+  const std::string chars = "abcdefghijklmnopqrstuxABCDEFGHIJKLMNOPQRSTUX0123456789.,!?()[]$'-\u00bf\u00ab\u00bb\u2014\u00e9\u00cf\u0131";
   for (size_t i = 0; i < chars.size();) {
     size_t n = 1;
     while (i + n < chars.size() && (static_cast<unsigned char>(chars[i + n]) & 0xC0) == 0x80) ++n;
@@ -112,6 +117,16 @@ TEST_CASE("WordPiece: offsets point into the original text, long words and bad i
   CHECK(t[6].text == "[UNK]");                                       // "xx": no "##x"
   CHECK(tok.tokenize(std::string(101, 'x')).front().text == "[UNK]");
   CHECK_THROWS_WITH(tok.tokenize("ok \xff\xfe"), Catch::Contains("at byte offset 3") && Catch::Contains("invalid UTF-8"));
+  // After a special token, offsets and byte offsets still count from the start of the text.
+  const WordPieceTokenizer special({"[UNK]", "[SEP]", "caf", "##e", "x"});
+  const auto s = special.tokenize("\u00e9[SEP]caf[SEP]");
+  REQUIRE(s.size() == 4);
+  CHECK((s[0].text == "[UNK]" && s[0].begin == 0 && s[0].end == 1));
+  CHECK((s[1].text == "[SEP]" && s[1].id == 1 && s[1].begin == 1 && s[1].end == 6));
+  CHECK((s[2].text == "caf" && s[2].begin == 6 && s[2].end == 9));
+  CHECK((s[3].text == "[SEP]" && s[3].begin == 9 && s[3].end == 14));
+  CHECK(special.tokenize("[CLS]").front().text == "[UNK]");  // not in this vocabulary: tokenized as text
+  CHECK_THROWS_WITH(special.tokenize("[SEP]ok \xff"), Catch::Contains("at byte offset 8"));
   CHECK_THROWS_AS(WordPieceTokenizer({"a", "b"}), DataError);
   CHECK_THROWS_WITH(WordPieceTokenizer::from_vocab_file("no/such/vocab.txt"), Catch::Contains("no/such/vocab.txt"));
 }

@@ -2,6 +2,8 @@
 // boundaries, loss transforms, forward scopes, validation, stopping and metrics.
 #include <catch2/catch.hpp>
 
+#include <numeric>
+
 #include <fstream>
 
 #include "support/fixtures.hpp"
@@ -314,4 +316,20 @@ TEST_CASE("contract violations are clear errors", "[core][trainer]") {
   t.add_policy(std::make_shared<SmokeTestPolicy>());
   CHECK_THROWS_WITH(t.add_policy(std::make_shared<SmokeTestPolicy>()), Catch::Contains("already added"));
   CHECK_THROWS_AS(t.validate(), TrainingError);
+}
+
+TEST_CASE("a label out of range is reported with the step, the batch, its dataset examples and the targets' range",
+          "[core][trainer]") {
+  Seeded seeded;
+  std::vector<int64_t> all(32);
+  std::iota(all.begin(), all.end(), int64_t{0});
+  const Batch whole = blobs(32)->get_batch(all);
+  whole.target[21] = 7;  // three classes: 7 is out of range
+  auto bad = std::make_shared<TensorDataset>(whole.input, whole.target);
+  Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), bad, quiet_options(),
+                  DataLoaderOptions().batch_size(8).shuffle(false));
+  // Batch 2 of 4 holds examples 16..23; the three batches before it train.
+  CHECK_THROWS_WITH(trainer.fit(), Catch::Contains("step 3, epoch 0, batch 2 of 4 (dataset examples 16, 17, 18") &&
+                                       Catch::Contains("targets 0..7") && Catch::Contains("Target 7 is out of bounds") &&
+                                       !Catch::Contains("Exception raised from"));
 }

@@ -115,6 +115,8 @@ class Trainer {
   /// The step sequence: forward, loss, backward and, on a boundary, reduction, unscaling,
   /// clipping, the optimizer step and the LR schedule.
   void train_micro_step(const Batch& batch, bool last_in_epoch);
+  /// "epoch E, batch B of N (dataset examples ...), targets lo..hi": where an error happened.
+  std::string describe_batch(const Batch& batch) const;
   /// Steps 2-4 of the sequence: forward and loss under the policies' scopes, the loss
   /// transforms (`transformed` once they all ran), backward.
   void forward_backward(StepContext& ctx, const Batch& batch, bool& transformed);
@@ -155,6 +157,7 @@ class Trainer {
   torch::Tensor window_loss_sum_;
   int64_t window_micro_steps_ = 0;
   int64_t window_samples_ = 0;
+  int64_t batch_in_epoch_ = -1;  // the loader's index of the batch in training, for error messages
   std::chrono::steady_clock::time_point window_start_;
   double window_data_wait_start_ = 0.0;  // the loader's wait_seconds() when the window began
   double window_reduce_seconds_ = 0.0;   // host time in gradient reduction (communication)

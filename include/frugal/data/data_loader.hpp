@@ -80,6 +80,8 @@ class DataLoader {
   int64_t examples_per_epoch() const;
 
   DataPosition position() const { return {epoch_, batch_index_, options_.seed(), options_.batch_size()}; }
+  /// The dataset indices of batch `batch_index` of the current epoch (for error messages).
+  std::vector<int64_t> examples_of(int64_t batch_index) const;
   /// Continues from `position`; throws OptionError if it does not fit this loader.
   void restore(const DataPosition& position);
   /// Reads replica `rank`'s share of num_replicas from now on (rewinds the current epoch).

@@ -5,6 +5,7 @@
 // punctuation, then greedy longest-match-first WordPiece with "##" continuations and [UNK] for a
 // word it cannot cover or longer than 100 characters. Every token carries the span of the
 // original text it came from, in characters (Unicode code points, as Python and SQuAD count).
+// Special tokens written in the text ("[CLS]", "[SEP]", ...) map to their ids, as in Hugging Face.
 // Unicode data (categories, decompositions, case) comes from utf8proc.
 //
 //   frugal::WordPieceTokenizer tok = frugal::WordPieceTokenizer::from_vocab_file("vocab.txt");
@@ -31,6 +32,9 @@ struct WordPieceOptions {
   int strip_accents = -1;     // -1: as lower_case (Hugging Face's default), 0 no, 1 yes
   bool split_cjk = true;      // tokenize_chinese_chars
   int64_t max_chars_per_word = 100;
+  /// Written in the text, these are matched exactly (case-sensitive, even in a word) and map to
+  /// their ids, as BertTokenizer's special tokens do; those absent from the vocabulary are not.
+  std::vector<std::string> special_tokens{"[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"};
 };
 
 class WordPieceTokenizer {
@@ -49,7 +53,11 @@ class WordPieceTokenizer {
   int64_t unk_id() const { return unk_id_; }
 
  private:
+  /// Steps 1-3 on text without special tokens, appending to `out`; returns its length in characters.
+  int64_t tokenize_plain(std::string_view text, size_t byte_offset, int64_t char_offset, std::vector<WordPieceToken>& out) const;
+
   std::vector<std::string> vocab_;
+  std::vector<std::string> specials_;  // options_.special_tokens found in the vocabulary
   std::unordered_map<std::string, int64_t> ids_;
   WordPieceOptions options_;
   int64_t unk_id_ = 0;
