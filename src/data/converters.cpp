@@ -9,6 +9,7 @@
 #include <set>
 
 #include "checkpoint/detail/durable_io.hpp"
+#include "frugal/data/image/jpeg.hpp"
 #include "frugal/data/image_folder.hpp"
 #include "frugal/errors.hpp"
 
@@ -62,7 +63,16 @@ ConvertResult convert_image_folder(const fs::path& root, ShardWriter& out) {
   for (const auto& [file, label] : listing.images) {
     std::string ext = lower(file.extension().string().substr(1));
     if (ext == "jpeg") ext = "jpg";
-    out.write({sample_key(result.samples++), {{ext, detail::read_file(file)}, {"cls", std::to_string(label)}}});
+    std::string bytes = detail::read_file(file);
+    if (ext == "jpg") {
+      try {
+        jpeg_size(bytes, file.string());  // the header only: an empty or non-JPEG file would fail at training time
+      } catch (const DataError& e) {
+        result.skipped.push_back(e.what());
+        continue;
+      }
+    }
+    out.write({sample_key(result.samples++), {{ext, std::move(bytes)}, {"cls", std::to_string(label)}}});
   }
   result.shards = out.finish();
   detail::write_file_synced(result.shards.front().path.parent_path() / "classes.json", nlohmann::json(result.classes).dump(1));

@@ -105,8 +105,19 @@ Sample ShardedDataset::read_sample(int64_t index, const FetchContext& context) c
 }
 
 Batch ShardedDataset::fetch(const std::vector<int64_t>& indices, const FetchContext& context) const {
+  // A decoder knows the sample, not where it lives: its errors gain the shard file and offset.
+  auto located_decode = [this](const Sample& sample, const SampleContext& sample_context) {
+    try {
+      return decode_(sample, sample_context);
+    } catch (const DataError& e) {
+      const auto [shard, local] = locate(sample_context.index);
+      const ShardIndex& index = shards_[shard];
+      if (e.file() == index.shard.string()) throw;
+      throw DataError(index.shard.string(), index.offsets[static_cast<size_t>(local)], "sample '" + sample.key + "': " + e.what());
+    }
+  };
   return detail::decode_samples(
-      indices, [&](int64_t index) { return read_sample(index, context); }, decode_, context, options_.on_corrupt(),
+      indices, [&](int64_t index) { return read_sample(index, context); }, located_decode, context, options_.on_corrupt(),
       samples_skipped_);
 }
 

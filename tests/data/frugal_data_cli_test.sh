@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The frugal-data tool end to end: convert, index, verify (and its exit code on damage), dedup,
-# augment, and a clear error for a bad argument.
+# augment, a clear error for a bad argument, and images that do not decode.
 set -euo pipefail
-tool="$1"; work="$2"
+tool="$1"; work="$2"; jpegs="$(cd "$3" && pwd)"  # JPEG_DIR: small good JPEGs
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -34,4 +34,22 @@ set +e
 "$tool" convert --from jsonl data.jsonl out2 --shard-size lots 2> bad.err; rc=$?
 set -e
 [ "$rc" -eq 2 ] && grep -q "shard-size" bad.err || fail "bad size: rc $rc, $(cat bad.err)"
+# An image folder with an empty and a non-JPEG .jpg (skipped by convert, each named) and a
+# truncated one (its header is fine: only verify --decode finds it, naming shard and offset).
+mkdir -p images/cat images/dog
+cp "$jpegs/rgb.jpg" images/cat/a.jpg
+cp "$jpegs/grey.jpg" images/dog/b.jpg
+head -c 1000 "$jpegs/rgb.jpg" > images/cat/truncated.jpg
+: > images/dog/empty.jpg
+echo "not a picture" > images/dog/text.jpg
+"$tool" convert --from imagefolder images ishards > iconvert.out
+grep -q "wrote 3 samples" iconvert.out || fail "image convert: $(cat iconvert.out)"
+grep -q "skipped .*dog/empty.jpg" iconvert.out && grep -q "skipped .*dog/text.jpg" iconvert.out || fail "skips: $(cat iconvert.out)"
+"$tool" verify ishards > iverify.out || fail "verify without --decode reads members only: $(cat iverify.out)"
+set +e
+"$tool" verify --decode ishards > idecode.out; rc=$?
+set -e
+[ "$rc" -eq 1 ] || fail "verify --decode of a truncated image exited $rc: $(cat idecode.out)"
+grep -q "BAD IMAGE  at byte offset [0-9]*: sample '000000001'.*corrupt JPEG" idecode.out || fail "decode report: $(cat idecode.out)"
+grep -q "DAMAGED  1 of 3 samples" idecode.out || fail "decode summary: $(cat idecode.out)"
 echo "frugal-data CLI: all checks passed"

@@ -124,7 +124,10 @@ TEST_CASE("sharded loader: a worker's error reaches the training loop with file 
   CHECK(loader.next().has_value());
   CHECK(loader.next().has_value());
   CHECK(loader.next().has_value());
-  CHECK_THROWS_WITH(loader.next(), Catch::Contains("000013.npy") && Catch::Contains("bad magic"));
+  // The decoder names the member; the dataset adds the shard file and the sample's byte offset.
+  const ShardIndex& shard = strict->shards().front();
+  const std::string at = shard.shard.string() + ": at byte offset " + std::to_string(shard.offsets[13]) + ": sample '000013'";
+  CHECK_THROWS_WITH(loader.next(), Catch::Contains(at) && Catch::Contains("000013.npy") && Catch::Contains("bad magic"));
   CHECK(loader.next().has_value());  // the loader goes on after the failed batch
 
   auto lenient = std::make_shared<ShardedDataset>(dir, numbered_decoder(), ShardedDatasetOptions().on_corrupt(OnCorrupt::skip));

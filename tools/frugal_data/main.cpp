@@ -6,6 +6,7 @@
 //   frugal-data dedup shards/raw shards/clean --report dedup.jsonl --text-field json:question
 //   frugal-data index shards/from-python     # writes the .idx.json files
 //   frugal-data verify shards/train          # reads every member; exit 1 if any shard is damaged
+//   frugal-data verify --decode shards/train # ... and decodes every JPEG (.jpg/.jpeg) member
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,7 @@
 
 #include "frugal/data/converters.hpp"
 #include "frugal/data/dedup.hpp"
+#include "frugal/data/image/jpeg.hpp"
 #include "frugal/data/offline_augmentation.hpp"
 #include "frugal/data/tar_shard.hpp"
 #include "frugal/errors.hpp"
@@ -36,6 +38,21 @@ int64_t parse_size(const std::string& text) {
                                                     : -1.0;
   if (scale < 0 || value <= 0) throw frugal::OptionError("shard-size", "--shard-size: '" + text + "' is not a size (e.g. 256M)");
   return static_cast<int64_t>(value * scale);
+}
+
+// Decodes every JPEG field of `sample`; "" or the first failure.
+std::string decode_check(const frugal::Sample& sample) {
+  for (const auto& [ext, bytes] : sample.fields) {
+    const size_t dot = ext.rfind('.');
+    const std::string last = dot == std::string::npos ? ext : ext.substr(dot + 1);
+    if (last != "jpg" && last != "jpeg") continue;
+    try {
+      frugal::decode_jpeg(bytes, sample.key + "." + ext);
+    } catch (const frugal::DataError& e) {
+      return e.what();
+    }
+  }
+  return "";
 }
 
 void print_shards(const std::vector<frugal::ShardInfo>& shards, int64_t samples) {
@@ -93,6 +110,8 @@ int main(int argc, char** argv) {
   index->add_option("input", input, "Directory of shards, or one shard")->required();
   auto* verify = app.add_subcommand("verify", "Read every member of every shard; exit 1 if any is damaged");
   verify->add_option("input", input, "Directory of shards, or one shard")->required();
+  bool decode = false;
+  verify->add_flag("--decode", decode, "Also decode every JPEG member (.jpg, .jpeg, augN.jpg): a bad image is damage");
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -135,9 +154,23 @@ int main(int argc, char** argv) {
         }
         try {
           frugal::ShardScanner scan(shard);
-          int64_t samples = 0;
-          while (scan.next()) ++samples;
-          std::printf("%s  ok  %lld samples\n", shard.c_str(), static_cast<long long>(samples));
+          int64_t samples = 0, bad_images = 0;
+          while (const auto sample = scan.next()) {
+            ++samples;
+            if (!decode) continue;
+            if (const std::string why = decode_check(*sample); !why.empty()) {
+              ++bad_images;
+              std::printf("%s  BAD IMAGE  at byte offset %lld: sample '%s': %s\n", shard.c_str(),
+                          static_cast<long long>(scan.sample_offset()), sample->key.c_str(), why.c_str());
+            }
+          }
+          if (bad_images > 0) {
+            ++damaged;
+            std::printf("%s  DAMAGED  %lld of %lld samples hold an image that does not decode\n", shard.c_str(),
+                        static_cast<long long>(bad_images), static_cast<long long>(samples));
+          } else {
+            std::printf("%s  ok  %lld samples%s\n", shard.c_str(), static_cast<long long>(samples), decode ? ", every image decodes" : "");
+          }
         } catch (const frugal::DataError& e) {
           ++damaged;
           std::printf("%s  DAMAGED  %s\n", shard.c_str(), e.what());

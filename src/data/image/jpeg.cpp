@@ -60,6 +60,7 @@ void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int64_t pixels) {
 
 JpegSize jpeg_size(std::string_view bytes, const std::string& where) {
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  if (bytes.empty()) fail(where, "not a readable JPEG: the file is empty (0 bytes)");
   tjhandle h = decompressor();
   if (tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
                           &width, &height, &subsampling, &colorspace) != 0) {
