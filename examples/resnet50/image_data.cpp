@@ -81,9 +81,13 @@ ImageData open_image_data(const ImageDataOptions& o, const frugal::ShardedDatase
             o.synthetic_classes};
   }
   if (o.train.empty()) throw frugal::OptionError("images.train", "images.train: a directory is required for source " + o.source);
-  const auto train_transform = frugal::ImageTransformOptions().size(o.size).train(true).min_scale(o.min_scale).flip(o.flip);
-  const auto val_transform =
-      frugal::ImageTransformOptions().size(o.val_size > 0 ? o.val_size : o.size).train(false).center_fraction(o.center_fraction);
+  const auto train_transform =
+      frugal::ImageTransformOptions().size(o.size).train(true).min_scale(o.min_scale).flip(o.flip).dct_scaling(o.dct_scaling);
+  const auto val_transform = frugal::ImageTransformOptions()
+                                 .size(o.val_size > 0 ? o.val_size : o.size)
+                                 .train(false)
+                                 .center_fraction(o.center_fraction)
+                                 .dct_scaling(o.val_dct_scaling);
   train_transform.validate();
   val_transform.validate();
   ImageData data;

@@ -20,6 +20,8 @@ struct ImageDataOptions {
   double min_scale = 0.08;        // RandomResizedCrop's smallest area fraction
   double center_fraction = 0.875;  // validation: the centre crop's share of the shorter side
   bool flip = true;
+  bool dct_scaling = true;         // training: decode at 1/2, 1/4, 1/8 size when the crop allows
+  bool val_dct_scaling = false;    // validation: off, every pixel decoded as Pillow does (exact torchvision)
   int64_t synthetic_images = 1281167;  // an ImageNet epoch
   int64_t synthetic_classes = 1000;
 };

@@ -90,7 +90,11 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
   config.bind("images.size", d.size, "Training crop side in pixels");
   config.bind("images.val_size", d.val_size, "Validation crop side; 0 = images.size");
   config.bind("images.min_scale", d.min_scale, "RandomResizedCrop's smallest area fraction");
-  config.bind("images.center_fraction", d.center_fraction, "Validation centre crop's share of the shorter side");
+  config.bind("images.center_fraction", d.center_fraction,
+              "Validation: Resize(val_size / center_fraction) then CenterCrop(val_size), as torchvision (224 of 256)");
+  config.bind("images.dct_scaling", d.dct_scaling, "Training: decode JPEGs at a reduced size when the crop allows it");
+  config.bind("images.val_dct_scaling", d.val_dct_scaling,
+              "Validation: decode at a reduced size (faster; off = torchvision's pixels exactly)");
   config.bind("images.flip", d.flip, "Random horizontal flips in training");
   config.bind("images.synthetic_images", d.synthetic_images, "Synthetic source: images per epoch");
   config.bind("images.synthetic_classes", d.synthetic_classes, "Synthetic source: classes");

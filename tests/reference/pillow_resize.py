@@ -4,6 +4,8 @@ shrinking), which torchvision's Resize on PIL images uses, and torchvision's Ima
   resize DIR        reads DIR/input.safetensors ("image": uint8 [H, W, 3], "boxes": int64 [K, 6]
                     rows of x, y, w, h, out_w, out_h) and writes DIR/pillow.safetensors
                     ("out<k>": uint8 [out_h, out_w, 3])
+  eval DIR N        torchvision's Resize(256) + CenterCrop(224) on DIR/image<k>.jpg opened with
+                    Pillow, k < N; writes DIR/torchvision.safetensors ("out<k>": uint8 [3, 224, 224])
   imagefolder ROOT  prints torchvision.datasets.ImageFolder(ROOT)'s classes and samples
 """
 import json
@@ -26,6 +28,17 @@ def resize(out):
     print(json.dumps({"boxes": len(result)}))
 
 
+def eval_transform(out, count):
+    from torchvision import transforms
+    transform = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.PILToTensor()])
+    result = {}
+    for k in range(int(count)):
+        with Image.open(f"{out}/image{k}.jpg") as image:
+            result[f"out{k}"] = transform(image.convert("RGB")).contiguous()
+    save_file(result, f"{out}/torchvision.safetensors")
+    print(json.dumps({"images": len(result)}))
+
+
 def imagefolder(root):
     import torchvision
     folder = torchvision.datasets.ImageFolder(root)
@@ -33,4 +46,4 @@ def imagefolder(root):
 
 
 if __name__ == "__main__":
-    {"resize": resize, "imagefolder": imagefolder}[sys.argv[1]](sys.argv[2])
+    {"resize": resize, "eval": eval_transform, "imagefolder": imagefolder}[sys.argv[1]](*sys.argv[2:])

@@ -76,12 +76,45 @@ TEST_CASE("RandomResizedCrop boxes follow torchvision's rule: area, aspect ratio
   CHECK(std::tie(first.x, first.y, first.width, first.height) == std::tie(again.x, again.y, again.width, again.height));
 }
 
-TEST_CASE("the validation crop is Resize(256) + CenterCrop(224) expressed in source pixels", "[transforms]") {
-  const CropBox box = center_crop_box(500, 375);
-  CHECK(box.width == 328);  // 375 * 224 / 256
-  CHECK(box.height == 328);
-  CHECK(box.x == 86);
-  CHECK(box.y == 23);
+TEST_CASE("the validation transform is torchvision's Resize(256) + CenterCrop(224), box arithmetic and all", "[transforms]") {
+  const ResizeCenterCrop landscape = resize_center_crop(500, 375, 256, 224);
+  CHECK(landscape.resized_width == 341);  // int(256 * 500 / 375)
+  CHECK(landscape.resized_height == 256);
+  CHECK(landscape.crop.x == 58);  // round(58.5) = 58: Python rounds half to even
+  CHECK(landscape.crop.y == 16);
+  CHECK((landscape.crop.width == 224 && landscape.crop.height == 224));
+  const ResizeCenterCrop portrait = resize_center_crop(333, 500, 256, 224);
+  CHECK(portrait.resized_width == 256);
+  CHECK(portrait.resized_height == 384);  // int(384.38...)
+  CHECK(portrait.crop.x == 16);
+  CHECK(portrait.crop.y == 80);
+  CHECK(resize_center_crop(375, 500, 256, 224).crop.y == 58);  // 341: the same half-way case, on y
+  CHECK(resize_center_crop(1000, 257, 256, 224).crop.x == 386);  // int(995.9) = 995, round(385.5) = 386
+}
+
+TEST_CASE("validation images equal torchvision's Resize(256) + CenterCrop(224) on Pillow's decode", "[transforms][python]") {
+  const fs::path dir = scratch_dir("transforms_eval");
+  const std::vector<std::pair<int64_t, int64_t>> sizes{{500, 375}, {375, 500}, {333, 257}, {1000, 257}, {256, 256}, {231, 300}};
+  std::vector<std::string> names;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    names.push_back((dir / c10::str("image", k, ".jpg")).string());
+    std::ofstream(names.back(), std::ios::binary) << encode_jpeg(test_image(sizes[k].first, sizes[k].second, k + 3), 90);
+  }
+  run_python_reference("pillow_resize.py", "eval " + dir.string() + " " + std::to_string(sizes.size()));
+  const auto reference = read_safetensors(dir / "torchvision.safetensors");
+  const auto val = ImageTransformOptions().size(224).train(false).dct_scaling(false);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    INFO(sizes[k].first << "x" << sizes[k].second);
+    std::ifstream in(names[k], std::ios::binary);
+    const std::string jpeg{std::istreambuf_iterator<char>(in), {}};
+    const torch::Tensor ours = decode_and_transform(jpeg, names[k], val, 0);
+    const torch::Tensor theirs = reference.at("out" + std::to_string(k));
+    REQUIRE(ours.sizes() == theirs.sizes());
+    // The same box and the same decode: only the two resizers' fixed-point rounding differs (a
+    // crop box one pixel off would give several grey levels).
+    CHECK(mean_abs_difference(ours, theirs) < 0.6);
+    CHECK(max_abs_difference(ours, theirs) <= 3);
+  }
 }
 
 TEST_CASE("crop + resize matches Pillow's BILINEAR resize, flips mirror, normalisation matches torchvision", "[transforms][python]") {

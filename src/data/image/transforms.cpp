@@ -41,9 +41,19 @@ CropBox random_resized_crop_box(int64_t width, int64_t height, std::mt19937_64& 
   return {(width - w) / 2, (height - h) / 2, w, h};
 }
 
-CropBox center_crop_box(int64_t width, int64_t height, double fraction) {
-  const int64_t side = std::max<int64_t>(1, std::lround(static_cast<double>(std::min(width, height)) * fraction));
-  return {(width - side) / 2, (height - side) / 2, side, side};
+ResizeCenterCrop resize_center_crop(int64_t width, int64_t height, int64_t resize, int64_t crop) {
+  // torchvision's _compute_resized_output_size: the long side is int(resize * long / short).
+  const bool portrait = width <= height;
+  const int64_t shorter = portrait ? width : height, longer = portrait ? height : width;
+  const auto resized_long = static_cast<int64_t>(static_cast<double>(resize) * static_cast<double>(longer) / static_cast<double>(shorter));
+  ResizeCenterCrop out;
+  out.resized_width = portrait ? resize : resized_long;
+  out.resized_height = portrait ? resized_long : resize;
+  // center_crop: int(round((size - crop) / 2.0)), Python rounding half to even (nearbyint's default).
+  auto offset = [crop](int64_t size) { return static_cast<int64_t>(std::nearbyint(static_cast<double>(size - crop) / 2.0)); };
+  const int64_t w = std::min(crop, out.resized_width), h = std::min(crop, out.resized_height);
+  out.crop = {std::max<int64_t>(0, offset(out.resized_width)), std::max<int64_t>(0, offset(out.resized_height)), w, h};
+  return out;
 }
 
 torch::Tensor crop_resize(const torch::Tensor& image, const CropBox& box, int64_t out_width, int64_t out_height) {
@@ -76,14 +86,32 @@ void ImageTransformOptions::validate() const {
   }
 }
 
+namespace {
+
+// Validation: the whole image resized (shorter side size / center_fraction), then the centre crop.
+torch::Tensor resize_and_center_crop(std::string_view jpeg, const std::string& where, const JpegSize& full,
+                                     const ImageTransformOptions& options) {
+  const int64_t resize = std::max<int64_t>(options.size(), std::lround(static_cast<double>(options.size()) / options.center_fraction()));
+  const ResizeCenterCrop plan = resize_center_crop(full.width, full.height, resize, options.size());
+  const int min_width = options.dct_scaling() ? static_cast<int>(plan.resized_width) : 0;
+  const int min_height = options.dct_scaling() ? static_cast<int>(plan.resized_height) : 0;
+  const torch::Tensor image = decode_jpeg(jpeg, where, min_width, min_height);
+  const torch::Tensor resized = crop_resize(image, {0, 0, image.size(1), image.size(0)}, plan.resized_width, plan.resized_height);
+  const CropBox& c = plan.crop;
+  // resize >= size: the resized image always holds the whole crop.
+  return resized.slice(0, c.y, c.y + c.height).slice(1, c.x, c.x + c.width).contiguous().permute({2, 0, 1});
+}
+
+}  // namespace
+
 torch::Tensor decode_and_transform(std::string_view jpeg, const std::string& where, const ImageTransformOptions& options,
                                    uint64_t seed) {
   const JpegSize full = jpeg_size(jpeg, where);
   if (full.width < 1 || full.height < 1) throw DataError(where, -1, c10::str("JPEG header gives an empty image (", full.width, "x", full.height, ")"));
-  std::mt19937_64 rng(seed);
-  const CropBox box = options.train() ? random_resized_crop_box(full.width, full.height, rng, options.min_scale())
-                                      : center_crop_box(full.width, full.height, options.center_fraction());
   const int64_t out = options.size();
+  if (!options.train()) return resize_and_center_crop(jpeg, where, full, options);
+  std::mt19937_64 rng(seed);
+  const CropBox box = random_resized_crop_box(full.width, full.height, rng, options.min_scale());
   int min_width = 0, min_height = 0;
   if (options.dct_scaling()) {  // the decoded crop must keep at least out x out pixels
     min_width = static_cast<int>((full.width * out + box.width - 1) / box.width);

@@ -34,9 +34,15 @@ struct CropBox {
 CropBox random_resized_crop_box(int64_t width, int64_t height, std::mt19937_64& rng, double min_scale = 0.08,
                                 double max_scale = 1.0, double min_ratio = 3.0 / 4.0, double max_ratio = 4.0 / 3.0);
 
-/// The source region that Resize(shorter side = S / fraction) then CenterCrop(S) keeps: a centred
-/// square of side fraction x the shorter side (fraction 0.875 = torchvision's 224 of 256).
-CropBox center_crop_box(int64_t width, int64_t height, double fraction = 0.875);
+/// torchvision's Resize(resize) + CenterCrop(crop) on a width x height image: the size the whole
+/// image is resized to (shorter side `resize`, the longer truncated as torchvision does) and the
+/// crop box in the resized image (offsets rounded half to even, as Python's round()).
+struct ResizeCenterCrop {
+  int64_t resized_width = 0;
+  int64_t resized_height = 0;
+  CropBox crop;
+};
+ResizeCenterCrop resize_center_crop(int64_t width, int64_t height, int64_t resize, int64_t crop);
 
 /// Crops `box` out of uint8 [H, W, 3] and resizes it to `out_width` x `out_height` with antialiased
 /// bilinear interpolation (torchvision's Resize(antialias=True), close to Pillow's BILINEAR).
@@ -49,14 +55,16 @@ torch::Tensor horizontal_flip(const torch::Tensor& image);
 struct ImageTransformOptions {
   /// Output side in pixels (square).
   TORCH_ARG(int64_t, size) = 224;
-  /// true: RandomResizedCrop + random horizontal flip; false: resize + centre crop.
+  /// true: RandomResizedCrop + random horizontal flip; false: torchvision's Resize(size /
+  /// center_fraction) + CenterCrop(size), the whole image resized first as there.
   TORCH_ARG(bool, train) = true;
   /// RandomResizedCrop's smallest area fraction (torchvision 0.08; larger for small models).
   TORCH_ARG(double, min_scale) = 0.08;
-  /// Validation: the centre crop's share of the shorter side (224/256).
+  /// Validation: the centre crop's share of the resized shorter side (224/256).
   TORCH_ARG(double, center_fraction) = 0.875;
   TORCH_ARG(bool, flip) = true;
-  /// Decode at a reduced size when the crop allows it (turn off to compare against full decodes).
+  /// Decode at a reduced size when the crop allows it. Off: every pixel decoded, as Pillow does,
+  /// which validation wants to reproduce published torchvision accuracies exactly.
   TORCH_ARG(bool, dct_scaling) = true;
 
  public:
