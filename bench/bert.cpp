@@ -10,14 +10,19 @@
 //   library) against oneDNN (Frugal's default on the CPU), and with the CPU memory cache off
 //   against on (the default), 5 alternating rounds each;
 // - gpu: BERT-large at sequence length 384 on one GPU, fp16 and bf16 against fp32, seq/s; and
-//   bf16 on SQuAD-like padding (54%), unpadded against padded.
+//   bf16 on SQuAD-like padding (54%), unpadded against padded;
+// - squad-preprocess: SQuAD feature making (384/128 windows) for one question on a 5 MB context
+//   against 5 x the time for a 1 MB one: linear in the context is a ratio of about 1 (issue 23
+//   measured minutes for 5 MB before the max-context fix).
 //
 //   build/bench/frugal_bench_bert train-step build/bench/results.jsonl PYTHON [HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS PADDING]
 //   build/bench/frugal_bench_bert gpu build/bench/results.jsonl [BATCH STEPS]
+//   build/bench/frugal_bench_bert squad-preprocess build/bench/results.jsonl
 
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -152,6 +157,31 @@ int gpu(const std::string& results, int64_t batch, int64_t steps) {
 
 }  // namespace
 
+// Seconds to make the features of one question on a generated context of about `bytes`.
+double squad_feature_seconds(const frugal::WordPieceTokenizer& tokenizer, int64_t bytes) {
+  std::string context;
+  const std::vector<std::string> words{"the", "river", "flows", "north", "past", "old", "mills", "and", "quiet", "towns"};
+  for (size_t i = 0; static_cast<int64_t>(context.size()) < bytes; ++i) context += words[(i * 7 + i / 10) % words.size()] + (i % 17 == 16 ? ". " : " ");
+  const frugal::SquadExample example{"q", "", context, "where does the river flow", {{"north", static_cast<int64_t>(context.find("north"))}}};
+  const auto start = std::chrono::steady_clock::now();
+  const auto features = frugal::make_squad_features({example}, tokenizer, frugal::SquadFeatureOptions{}, /*training=*/true);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (features.empty()) throw std::runtime_error("no features");
+  return seconds;
+}
+
+int squad_preprocess(const std::string& results) {
+  std::vector<std::string> vocab{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "the", "river", "flows", "north", "past", "old",
+                                 "mills", "and", "quiet", "towns", "where", "does", "flow"};
+  const frugal::WordPieceTokenizer tokenizer(vocab);
+  squad_feature_seconds(tokenizer, 100'000);  // warm-up
+  const double one = squad_feature_seconds(tokenizer, 1'000'000), five = squad_feature_seconds(tokenizer, 5'000'000);
+  std::printf("SQuAD features of one question: 1 MB context %.2f s, 5 MB %.2f s (%.2fx of linear)\n", one, five, five / (5 * one));
+  frugal::bench::append(results, {"squad_features_5mb_context", five, "s", 5 * one,
+                                  "build/bench/frugal_bench_bert squad-preprocess build/bench/results.jsonl"});
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   auto arg = [&](size_t i, int64_t fallback) { return a.size() > i ? std::stoll(a[i]) : fallback; };
@@ -161,10 +191,11 @@ int main(int argc, char** argv) {
                         a.size() > 10 ? std::stod(a[10]) : 0.0);
     }
     if (a.size() >= 2 && a[0] == "gpu") return gpu(a[1], arg(2, 32), arg(3, 20));
+    if (a.size() >= 2 && a[0] == "squad-preprocess") return squad_preprocess(a[1]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "frugal_bench_bert: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: frugal_bench_bert train-step RESULTS PYTHON [HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS PADDING] | gpu RESULTS [BATCH STEPS]\n");
+  std::fprintf(stderr, "usage: frugal_bench_bert train-step RESULTS PYTHON [HIDDEN LAYERS HEADS SEQ BATCH STEPS THREADS PADDING] | gpu RESULTS [BATCH STEPS] | squad-preprocess RESULTS\n");
   return 2;
 }

@@ -4,15 +4,18 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "frugal/checkpoint/preemption.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
 namespace {
+
 
 using Json = nlohmann::json;
 
@@ -163,7 +166,23 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
   const int64_t cls = tokenizer.id_of("[CLS]"), sep = tokenizer.id_of("[SEP]"), pad = tokenizer.id_of("[PAD]");
   std::vector<SquadFeature> features;
   int64_t without_answer = 0, text_differs = 0;
+  // Full SQuAD takes a while on one core: say how far it got every few seconds, and let a
+  // pre-emption notice (when the program listens for one) stop it between questions.
+  const auto started = std::chrono::steady_clock::now();
+  auto last_report = started;
   for (size_t e = 0; e < examples.size(); ++e) {
+    if (e % 64 == 0 && e > 0) {
+      preemption::stop_if_requested("preparing the SQuAD features");
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report >= std::chrono::duration<double>(options.progress_every_s)) {
+        last_report = now;
+        const double seconds = std::chrono::duration<double>(now - started).count();
+        const double left = seconds * static_cast<double>(examples.size() - e) / static_cast<double>(e);
+        log::info(c10::str("SQuAD features: ", e, " of ", examples.size(), " questions (", 100 * e / examples.size(), "%), ",
+                           features.size(), " windows, ", static_cast<int64_t>(seconds), " s, about ", static_cast<int64_t>(left + 0.5),
+                           " s left"));
+      }
+    }
     const SquadExample& example = examples[e];
     std::vector<WordPieceToken> query = tokenizer.tokenize(example.question);
     if (static_cast<int64_t>(query.size()) > options.max_query_length) query.resize(static_cast<size_t>(options.max_query_length));

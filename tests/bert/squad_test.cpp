@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <fstream>
 
+#include "frugal/checkpoint/preemption.hpp"
 #include "frugal/errors.hpp"
+#include "frugal/log.hpp"
 #include "frugal/text/squad.hpp"
 #include "support/fixtures.hpp"
 #include "support/python_reference.hpp"
@@ -155,4 +158,23 @@ TEST_CASE("SQuAD JSON errors name the file and the JSON path", "[bert]") {
   CHECK_THAT(error_of(R"({"data": [)"), Catch::Contains("not valid JSON"));
   // Found by the squad fuzz target: a number no type holds was an nlohmann out_of_range escaping.
   CHECK_THAT(error_of(R"({"version": 1E99999, "data": []})"), Catch::Contains("not valid JSON") && Catch::Contains("number overflow"));
+}
+
+TEST_CASE("SQuAD preprocessing reports its progress and stops between questions on a pre-emption notice", "[bert]") {
+  const WordPieceTokenizer tok = letters_tokenizer();
+  std::vector<SquadExample> examples;
+  for (int i = 0; i < 200; ++i) examples.push_back({c10::str("q", i), "", "a b c d e f", "what", {{"c", 4}}});
+  SquadFeatureOptions options;
+  options.max_seq_length = 16;
+  options.progress_every_s = 0;  // a line at every check (each 64 questions)
+  const auto log_file = scratch_dir("squad_progress") / "log.txt";
+  log::add_file_sink(log_file);
+  CHECK(make_squad_features(examples, tok, options, /*training=*/true).size() == 200);
+  log::remove_file_sink();
+  const std::string text = bytes_of(log_file);
+  CHECK_THAT(text, Catch::Contains("SQuAD features: 64 of 200 questions (32%), 64 windows") && Catch::Contains("192 of 200"));
+
+  preemption::install();
+  std::raise(SIGTERM);
+  CHECK_THROWS_WITH(make_squad_features(examples, tok, options, true), Catch::Contains("SIGTERM while preparing the SQuAD features"));
 }

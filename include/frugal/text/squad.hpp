@@ -41,6 +41,7 @@ struct SquadFeatureOptions {
   int64_t max_seq_length = 384;
   int64_t doc_stride = 128;
   int64_t max_query_length = 64;
+  double progress_every_s = 5;  // a log line on how far preprocessing got, at most this often
 };
 
 struct SquadFeature {
