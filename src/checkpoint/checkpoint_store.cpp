@@ -39,6 +39,7 @@ constexpr const char* kOptimizer = "optimizer.pt";
 constexpr const char* kMeta = "meta.json";
 constexpr const char* kConfig = "config.toml";
 constexpr const char* kManifest = "manifest.json";
+constexpr int64_t kMaxWorldSize = 1 << 20;  // ranks: far above any job, far below a hang
 
 std::string dir_name(int64_t step) {
   char name[32];
@@ -99,7 +100,50 @@ ShardingInfo sharding_from_json(const json& j) {
   if (info.world_size < 1 || static_cast<int64_t>(info.pieces.size()) != info.world_size) {
     throw CheckpointError(c10::str("meta.json: sharding lists ", info.pieces.size(), " ranks for a world of ", info.world_size));
   }
+  // Counts from a file are checked before anything is sized by them: every shape has a size that
+  // fits in 64 bits, and the pieces cover each parameter's elements exactly.
+  std::map<std::string, int64_t> numel, covered;
+  for (const auto& [name, shape] : info.shapes) {
+    int64_t n = 1;
+    for (const int64_t d : shape) {
+      if (d < 0 || __builtin_mul_overflow(n, d, &n)) throw CheckpointError(c10::str("meta.json: '", name, "' has shape ", c10::IntArrayRef(shape)));
+    }
+    numel[name] = n;
+  }
+  for (const auto& rank : info.pieces) {
+    for (const auto& p : rank) {
+      const auto n = numel.find(p.param);
+      int64_t end = 0;
+      if (n == numel.end() || p.begin < 0 || p.numel < 0 || p.group < 0 || p.index < 0 ||
+          __builtin_add_overflow(p.begin, p.numel, &end) || end > n->second || __builtin_add_overflow(covered[p.param], p.numel, &end)) {
+        throw CheckpointError(c10::str("meta.json: a shard piece of '", p.param, "' (elements ", p.begin, " + ", p.numel,
+                                       ") does not fit its parameter"));
+      }
+      covered[p.param] = end;
+    }
+  }
+  for (const auto& [name, n] : numel) {
+    if (covered[name] != n) throw CheckpointError(c10::str("meta.json: the shard pieces of '", name, "' cover ", covered[name], " of its ", n, " elements"));
+  }
   return info;
+}
+
+// No more elements than the shard files could hold at one byte each: a meta.json that claims
+// more (damaged, or from another checkpoint) is refused before any tensor is allocated for it.
+void check_sharding_against_files(const ShardingInfo& info, const fs::path& dir) {
+  uintmax_t bytes = 0, elements = 0;
+  for (int64_t r = 0; r < info.world_size; ++r) {
+    std::error_code error;
+    const auto size = fs::file_size(dir / CheckpointStore::shard_file(r, info.world_size, "weights"), error);
+    if (!error) bytes += size;
+  }
+  for (const auto& rank : info.pieces) {
+    for (const auto& p : rank) elements += static_cast<uintmax_t>(p.numel);
+  }
+  if (elements > bytes) {
+    throw CheckpointError(c10::str("meta.json: the shard pieces claim ", elements, " elements but the shard weight files hold ", bytes,
+                                   " bytes"));
+  }
 }
 
 // The files a checkpoint must have, whatever its manifest says.
@@ -107,6 +151,7 @@ std::vector<std::string> required_files(const json& meta) {
   std::vector<std::string> files{kState, kMeta};
   if (meta.contains("sharding")) {
     const int64_t world = meta.at("sharding").at("world_size");
+    if (world < 1 || world > kMaxWorldSize) throw CheckpointError(c10::str("meta.json: sharding.world_size ", world, " is not a world size"));
     for (int64_t r = 0; r < world; ++r) {
       for (const char* kind : {"weights", "optimizer"}) files.push_back(CheckpointStore::shard_file(r, world, kind));
     }
@@ -490,6 +535,7 @@ TrainingSnapshot CheckpointStore::read(const CheckpointInfo& info) const {
     if (meta.contains("sharding")) {
       auto source = std::make_shared<ShardSource>();
       source->info = sharding_from_json(meta.at("sharding"));
+      check_sharding_against_files(source->info, info.dir);
       source->location = info.dir.string();
       source->read = [dir = info.dir, world = source->info.world_size, pieces = source->info.pieces](int64_t rank) {
         return read_shard_files(dir, rank, world, pieces.at(static_cast<size_t>(rank)).size());

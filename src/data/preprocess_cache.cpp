@@ -84,6 +84,27 @@ class EntryLock {
   int fd_;
 };
 
+// Every file of a built entry with its size, so a hit can tell a whole entry from one that was
+// truncated or partly deleted since (a full disk, a user's cleanup) and rebuild it.
+nlohmann::json files_of(const fs::path& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& f : fs::recursive_directory_iterator(dir)) {
+    if (f.is_regular_file()) files[fs::relative(f.path(), dir).string()] = f.file_size();
+  }
+  return files;
+}
+
+// "" when every listed file is there with its size, else what is wrong.
+std::string damage_of(const fs::path& dir, const nlohmann::json& files) {
+  for (const auto& [name, size] : files.items()) {
+    std::error_code error;
+    const auto actual = fs::file_size(dir / name, error);
+    if (error) return name + " is missing";
+    if (actual != size.get<uintmax_t>()) return c10::str(name, " is ", actual, " bytes, ", size.get<uintmax_t>(), " when built");
+  }
+  return "";
+}
+
 }  // namespace
 
 PreprocessCache::Entry PreprocessCache::get_or_build(const CacheKey& key,
@@ -94,12 +115,18 @@ PreprocessCache::Entry PreprocessCache::get_or_build(const CacheKey& key,
   if (fs::exists(manifest)) {
     try {
       std::ifstream in(manifest);
-      if (nlohmann::json::parse(in) == manifest_of(key)) {
+      nlohmann::json stored = nlohmann::json::parse(in);
+      const nlohmann::json files = stored.contains("files") ? stored["files"] : nlohmann::json();
+      stored.erase("files");
+      if (stored != manifest_of(key) || !files.is_object()) {
+        log::warn(c10::str("preprocessing cache entry ", entry.dir.string(), " belongs to another key: rebuilding it"));
+      } else if (const std::string damage = damage_of(entry.dir, files); !damage.empty()) {
+        log::warn(c10::str("preprocessing cache entry ", entry.dir.string(), " is damaged (", damage, "): rebuilding it"));
+      } else {
         entry.hit = true;
         log::info(c10::str("preprocessing cache hit: ", key.transform, " v", key.version, " in ", entry.dir.string()));
         return entry;
       }
-      log::warn(c10::str("preprocessing cache entry ", entry.dir.string(), " belongs to another key: rebuilding it"));
     } catch (const nlohmann::json::exception& e) {
       log::warn(c10::str("preprocessing cache entry ", manifest.string(), " is unreadable (", e.what(), "): rebuilding it"));
     }
@@ -111,7 +138,9 @@ PreprocessCache::Entry PreprocessCache::get_or_build(const CacheKey& key,
   fs::create_directories(partial);
   try {
     build(partial);
-    detail::write_file_synced(partial / "cache.json", manifest_of(key).dump(2));
+    nlohmann::json written = manifest_of(key);
+    written["files"] = files_of(partial);
+    detail::write_file_synced(partial / "cache.json", written.dump(2));
     detail::fsync_directory(partial);
     std::error_code error;
     fs::rename(partial, entry.dir, error);

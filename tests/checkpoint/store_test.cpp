@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <sys/resource.h>
+#include <zlib.h>
 
 #include <csignal>
 #include <fstream>
+#include <sstream>
 
 #include "support/fixtures.hpp"
 
@@ -188,5 +190,70 @@ TEST_CASE("retention keeps the last N and the best K, and deletes or archives th
     policy.apply_retention();
     CHECK(steps_in(store.root()) == std::vector<int64_t>{1, 2, 4, 5, 6});
     CHECK(steps_in(cold) == std::vector<int64_t>{3});
+  }
+}
+
+namespace {
+
+// A one-rank sharded checkpoint of one parameter "w" (6 elements), whose meta.json's sharding
+// part is `sharding`; the manifest matches the files, so only the counts inside can be wrong.
+fs::path sharded_checkpoint(const fs::path& root, const std::string& sharding) {
+  auto bytes_of_archive = [](torch::serialize::OutputArchive& a) {
+    std::ostringstream out;
+    a.save_to(out);
+    return out.str();
+  };
+  torch::serialize::OutputArchive state, weights;
+  state.write("t0", torch::zeros({3}), true);
+  weights.write("w0", torch::ones({6}), true);
+  const std::string meta =
+      R"({"format": 1, "step": 1, "unix_time": 0, "weights_dtype": "fp32", "world_size": 1,
+          "state": {"epoch": 0, "micro_step": 1, "step": 1, "skipped_steps": 0, "samples_seen": 4, "lr": 0.1, "last_validation": {}},
+          "data": {"epoch": 0, "batch_index": 1, "seed": 0, "batch_size": 4}, "tensors": ["model/b"], "sharding": )" +
+      sharding + "}";
+  const fs::path dir = root / "ckpt-000000001";
+  fs::create_directories(dir);
+  const std::vector<std::pair<std::string, std::string>> files{{"state.pt", bytes_of_archive(state)},
+                                                               {"meta.json", meta},
+                                                               {"shard-00000-of-00001.weights.pt", bytes_of_archive(weights)},
+                                                               {"shard-00000-of-00001.optimizer.pt", "x"}};
+  std::string manifest = "{\"files\": [";
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::ofstream(dir / files[i].first, std::ios::binary) << files[i].second;
+    const auto crc = crc32(0, reinterpret_cast<const Bytef*>(files[i].second.data()), static_cast<uInt>(files[i].second.size()));
+    manifest += (i ? "," : "") + c10::str("{\"name\": \"", files[i].first, "\", \"size\": ", files[i].second.size(), ", \"crc32\": ", crc, "}");
+  }
+  std::ofstream(dir / "manifest.json") << manifest + "]}";
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("counts in a checkpoint's meta.json are checked before anything is sized by them", "[checkpoint][store]") {
+  const auto piece = R"({"param": "w", "begin": 0, "numel": 6, "group": 0, "index": 0})";
+  {  // A world of 2^40 ranks: verifying would list 2^41 shard files.
+    const auto root = scratch_dir("meta_counts_world");
+    const auto dir = sharded_checkpoint(root, std::string(R"({"world_size": 1099511627776, "shapes": {"w": [2, 3]}, "pieces": [[)") + piece + "]]}");
+    CHECK_THAT(CheckpointStore(root).verify(dir), Catch::Contains("sharding.world_size 1099511627776 is not a world size"));
+  }
+  {  // A parameter of 2^40 elements of which the files hold 6: consolidating would allocate 4 TB.
+    const auto root = scratch_dir("meta_counts_shape");
+    sharded_checkpoint(root, std::string(R"({"world_size": 1, "shapes": {"w": [1048576, 1048576]}, "pieces": [[)") + piece + "]]}");
+    CheckpointStore store(root);
+    REQUIRE(store.verify(store.list().front().dir).empty());
+    CHECK_THROWS_WITH(consolidated_weights(store, store.list().front()), Catch::Contains("cover 6 of its 1099511627776 elements"));
+  }
+  {  // Pieces that claim more elements than the shard files could hold.
+    const auto root = scratch_dir("meta_counts_files");
+    sharded_checkpoint(root, R"({"world_size": 1, "shapes": {"w": [1048576, 1048576]},
+                                 "pieces": [[{"param": "w", "begin": 0, "numel": 1099511627776, "group": 0, "index": 0}]]})");
+    CheckpointStore store(root);
+    CHECK_THROWS_WITH(store.read(store.list().front()), Catch::Contains("claim 1099511627776 elements"));
+  }
+  {  // A shape whose element count overflows 64 bits.
+    const auto root = scratch_dir("meta_counts_overflow");
+    sharded_checkpoint(root, std::string(R"({"world_size": 1, "shapes": {"w": [4294967296, 4294967296]}, "pieces": [[)") + piece + "]]}");
+    CheckpointStore store(root);
+    CHECK_THROWS_WITH(store.read(store.list().front()), Catch::Contains("'w' has shape [4294967296, 4294967296]"));
   }
 }

@@ -68,6 +68,27 @@ TEST_CASE("preprocessing cache: a build that fails leaves no entry, and a damage
   CHECK_FALSE(rebuilt.hit);
   CHECK(builds == 1);
   CHECK(cache.get_or_build(key, [](const fs::path&) { FAIL("rebuilt twice"); }).hit);
+
+  // A file of the entry truncated or deleted since it was built: rebuilt, not handed out.
+  for (const bool remove : {false, true}) {
+    fs::path victim;
+    for (const auto& f : fs::directory_iterator(rebuilt.dir)) {
+      if (f.path().extension() == ".tar") victim = f.path();
+    }
+    REQUIRE_FALSE(victim.empty());
+    if (remove) {
+      fs::remove(victim);
+    } else {
+      fs::resize_file(victim, fs::file_size(victim) / 2);
+    }
+    builds = 0;
+    const auto again = cache.get_or_build(key, [&](const fs::path& out) {
+      ++builds;
+      write_numbered_shards(out, 3);
+    });
+    CHECK_FALSE(again.hit);
+    CHECK(builds == 1);
+  }
 }
 
 TEST_CASE("preprocessing cache: processes or threads asking for the same entry at once build it once", "[data]") {
