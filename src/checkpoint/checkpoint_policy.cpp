@@ -375,13 +375,16 @@ void CheckpointPolicy::apply_retention() const {
       if (fs::exists(target)) fs::remove_all(target);
       std::error_code ec;
       fs::rename(c.dir, target, ec);
-      if (ec) {  // another file system: copy, then remove
-        fs::copy(c.dir, target, fs::copy_options::recursive);
-        fs::remove_all(c.dir);
+      if (ec) {  // another file system: copy aside, rename into place, then remove
+        const fs::path partial = target.string() + ".partial";
+        fs::remove_all(partial);
+        fs::copy(c.dir, partial, fs::copy_options::recursive);
+        fs::rename(partial, target);
+        store_.remove(c.dir);
       }
       log::info("checkpoint archived: " + c.dir.string() + " -> " + target.string());
     } else {
-      fs::remove_all(c.dir);
+      store_.remove(c.dir);
       log::debug("checkpoint removed: " + c.dir.string());
     }
   }

@@ -559,10 +559,18 @@ TrainingSnapshot CheckpointStore::read(const CheckpointInfo& info) const {
   }
 }
 
+void CheckpointStore::remove(const fs::path& dir) const {
+  const fs::path aside = dir.string() + ".deleting";
+  fs::remove_all(aside);
+  fs::rename(dir, aside);
+  detail::fsync_directory(root_);
+  fs::remove_all(aside);
+}
+
 void CheckpointStore::remove_unfinished() const {
   if (!fs::is_directory(root_)) return;
   for (const auto& entry : fs::directory_iterator(root_)) {
-    if (entry.path().extension() == ".tmp") {
+    if (entry.path().extension() == ".tmp" || entry.path().extension() == ".deleting") {
       std::error_code ignored;
       fs::remove_all(entry.path(), ignored);
     }

@@ -115,6 +115,31 @@ TEST_CASE("a junk ckpt-* folder takes no keep_last slot and the newest valid che
   CHECK(kept[1].step == 8);
 }
 
+TEST_CASE("retention deletes by renaming aside: what a kill midway leaves is no checkpoint and is cleared at the next start",
+          "[checkpoint][resume][retention]") {
+  const fs::path dir = scratch_dir("resume_deleting");
+  make_run(dir, 6).trainer->fit();  // checkpoints 2, 4, 6; keep_last 2 deleted 2
+  CHECK_FALSE(fs::exists(ckpt(dir, 2)));
+  for (const auto& entry : fs::directory_iterator(dir / "checkpoints")) {
+    CHECK(entry.path().extension() != ".deleting");  // a finished deletion leaves nothing
+  }
+  // A deletion killed midway: half of a folder under its aside name, even a newer step's.
+  for (int64_t step : {2, 8}) {
+    fs::create_directories(ckpt(dir, step).string() + ".deleting");
+    fs::copy_file(ckpt(dir, 6) / "meta.json", ckpt(dir, step).string() + ".deleting/meta.json");
+  }
+  CHECK(CheckpointStore(dir / "checkpoints").list().size() == 2);  // 4 and 6 only
+  Run next = make_run(dir, 10);
+  next.trainer->fit();
+  CHECK(next.trainer->state().step == 10);
+  CHECK(next.trainer->state().micro_step == 10);  // resumed at 6, not at the leftover's "step 8"
+  for (int64_t step : {2, 8}) CHECK_FALSE(fs::exists(ckpt(dir, step).string() + ".deleting"));
+  const auto kept = CheckpointStore(dir / "checkpoints").list();
+  REQUIRE(kept.size() == 2);
+  CHECK(kept[0].step == 8);
+  CHECK(kept[1].step == 10);
+}
+
 TEST_CASE("a latest pointer to nowhere is ignored (with a warning) and never leads outside", "[checkpoint][resume]") {
   const fs::path dir = scratch_dir("resume_latest");
   make_run(dir, 4).trainer->fit();

@@ -1,10 +1,18 @@
 #pragma once
 // A directory of checkpoints that is always either the old state or the new one. Each
 // checkpoint is a folder ckpt-<step>/ with state.pt (tensors), optimizer.pt, meta.json
-// (counters, metrics, tensor names) and manifest.json (every file's size and CRC-32). A folder is
-// written as ckpt-<step>.tmp, every file and the folder fsynced, then renamed; only then is the
-// `latest` pointer replaced (written aside, fsynced, renamed). Reading verifies the manifest and
-// falls back to the newest checkpoint that verifies, saying which were skipped and why.
+// (counters, metrics, tensor names) and manifest.json (every file's size and CRC-32). A write:
+//   1. every file into ckpt-<step>.tmp/, each fsynced; manifest.json last; the folder fsynced;
+//   2. a leftover ckpt-<step>/ of an earlier, unfinished attempt at the same step removed (one that
+//      verifies is kept: that step is already saved); ckpt-<step>.tmp renamed to ckpt-<step>; the
+//      checkpoint directory fsynced;
+//   3. `latest` replaced: the name written to latest.tmp and fsynced, latest.tmp renamed over
+//      `latest`, the directory fsynced.
+// A kill between any two steps leaves the previous checkpoints and a `latest` that names one of
+// them or the new one. Reading tries the checkpoint `latest` names, then the others newest first,
+// using the first that verifies and saying which were skipped and why. Retention deletes by
+// renaming to ckpt-<step>.deleting first (not a checkpoint name), so a kill midway leaves no
+// partial checkpoint; leftovers (*.tmp, *.deleting) are removed when a fit starts.
 //
 // A sharded checkpoint (a sharded optimizer, one part per rank) has no optimizer.pt: each rank r
 // of N writes shard-<r>-of-<N>.weights.pt (its ranges of the trained weights) and
@@ -106,8 +114,11 @@ class CheckpointStore {
   std::filesystem::path move_aside(const std::filesystem::path& dir) const;
   /// Folders moved aside by move_aside, oldest name first.
   std::vector<std::filesystem::path> damaged() const;
-  /// Removes leftovers of interrupted writes (*.tmp).
+  /// Removes leftovers of interrupted writes (*.tmp) and deletions (*.deleting).
   void remove_unfinished() const;
+  /// Deletes a checkpoint folder so that a kill midway never leaves a partial ckpt-*: renamed to
+  /// <dir>.deleting (not a checkpoint name) first, then removed.
+  void remove(const std::filesystem::path& dir) const;
 
  private:
   /// The manifest of `records`, then the rename of `tmp` and the `latest` pointer.
