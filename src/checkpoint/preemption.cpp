@@ -1,6 +1,9 @@
 #include "frugal/checkpoint/preemption.hpp"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstring>
 #include <string>
 
 #include "frugal/errors.hpp"
@@ -8,7 +11,20 @@
 namespace frugal::preemption {
 namespace {
 volatile std::sig_atomic_t requested_signal = 0;
-extern "C" void on_signal(int signal) { requested_signal = signal; }
+const char* volatile exit_stage = nullptr;  // set: a signal ends the process
+
+extern "C" void on_signal(int signal) {
+  requested_signal = signal;
+  if (const char* stage = exit_stage) {  // only async-signal-safe calls from here
+    const char head[] = "frugal: stop signal while ";
+    const char tail[] = ": exiting (nothing to save yet)\n";
+    ssize_t ignored = ::write(STDERR_FILENO, head, sizeof head - 1);
+    ignored = ::write(STDERR_FILENO, stage, std::strlen(stage));
+    ignored = ::write(STDERR_FILENO, tail, sizeof tail - 1);
+    (void)ignored;
+    ::_exit(128 + signal);
+  }
+}
 }  // namespace
 
 void install() {
@@ -21,6 +37,13 @@ void install() {
 }
 
 int requested() { return requested_signal; }
+
+ExitAtOnce::ExitAtOnce(const char* stage) : previous_(exit_stage) {
+  exit_stage = stage;
+  if (requested_signal != 0) on_signal(requested_signal);  // one came before: act on it now
+}
+
+ExitAtOnce::~ExitAtOnce() { exit_stage = previous_; }
 
 void stop_if_requested(const char* stage) {
   const int signal = requested_signal;

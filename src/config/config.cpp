@@ -308,4 +308,34 @@ void Config::write_resolved(const std::filesystem::path& path) const {
   std::filesystem::rename(tmp, path);
 }
 
+std::map<std::string, std::string> flatten_toml(const std::string& text) {
+  std::map<std::string, std::string> out;
+  toml::table root;
+  try {
+    root = toml::parse(text);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(std::string("resolved configuration does not parse: ") + std::string(e.description()));
+  }
+  std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& table, const std::string& prefix) {
+    for (const auto& [key, node] : table) {
+      const std::string name = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+      if (const auto* inner = node.as_table()) {
+        walk(*inner, name);
+        continue;
+      }
+      if (const auto* number = node.as_floating_point()) {  // the shortest text that reads back the same
+        char text[64];
+        const auto end = std::to_chars(text, text + sizeof text, number->get()).ptr;
+        out[name] = std::string(text, end);
+        continue;
+      }
+      std::ostringstream value;
+      node.visit([&](const auto& v) { value << v; });
+      out[name] = value.str();
+    }
+  };
+  walk(root, "");
+  return out;
+}
+
 }  // namespace frugal

@@ -3,28 +3,36 @@
 #include <iostream>
 
 #include "frugal/checkpoint/preemption.hpp"
+#include "frugal/core/run_lock.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
+namespace {
+
+// One write per message: the ranks of a job share a terminal or log, and a line written in
+// pieces would interleave with theirs.
+void say(const std::string& line) { std::cerr << (line + "\n") << std::flush; }
+
+}  // namespace
 
 int run_program(const std::string& program, const std::function<int()>& body) {
   try {
     return body();
   } catch (const ConfigError& e) {
-    std::cerr << program << ": " << e.what() << "\n";
+    say(program + ": " + e.what());
     return 2;
   } catch (const OptionError& e) {
-    std::cerr << program << ": " << e.what() << "\n";
+    say(program + ": " + e.what());
     return 2;
   } catch (const Preempted& e) {
-    std::cerr << program << ": " << e.what() << "\n";
+    say(program + ": " + e.what());
     return 0;
   } catch (const SmokeTestFailed& e) {
-    std::cerr << program << ": the run did not start: " << e.what() << "\n";
+    say(program + ": the run did not start: " + e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << program << ": " << e.what() << "\n";
+    say(program + ": " + e.what());
     return 1;
   }
 }
@@ -38,11 +46,12 @@ ProgramStart start_program(int argc, char** argv, Config& config, const Standard
   if (options.checkpoint_enabled && options.checkpoint.on_signal()) preemption::install();
   start.world = detect_world(process_environment());
   resolve_device(options.trainer.device());  // before anything is written into the run directory
-  if (start.world.rank == 0) {
-    if (start.cli.print_config) std::cout << config.to_toml();
-    if (!options.trainer.run_dir().empty()) {
-      config.write_resolved(std::filesystem::path(options.trainer.run_dir()) / "config.toml");
-    }
+  if (start.world.rank == 0 && start.cli.print_config) std::cout << config.to_toml();
+  // Several ranks first agree on the configuration (add_policies); nothing is written before.
+  if (start.world.world_size == 1 && !options.trainer.run_dir().empty() && !start.cli.smoke_test_only) {
+    const std::filesystem::path run_dir(options.trainer.run_dir());
+    lock_run_directory(run_dir);
+    config.write_resolved(run_dir / "config.toml");
   }
   return start;
 }

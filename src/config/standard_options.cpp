@@ -4,10 +4,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
+#include "frugal/core/run_lock.hpp"
 #include "frugal/core/trainer.hpp"
+#include "frugal/data/sharded_dataset.hpp"
+#include "frugal/distributed/agreement.hpp"
 
 namespace frugal {
+
+namespace fs = std::filesystem;
 
 void bind(Config& config, StandardOptions& o) {
   TrainerOptions& t = o.trainer;
@@ -221,6 +227,38 @@ void apply_auto_batch_size(Trainer& trainer, StandardOptions& options, const Pro
 
 }  // namespace
 
+namespace {
+
+// What every rank must have the same of: the resolved options, and the data (its size; for shards
+// their names, sizes and sample counts, which do not depend on where each node mounts them).
+std::map<std::string, std::string> values_to_agree_on(const Trainer& trainer, const std::string& resolved_config) {
+  std::map<std::string, std::string> values = resolved_config.empty() ? std::map<std::string, std::string>() : flatten_toml(resolved_config);
+  auto describe = [&](const std::string& name, const Dataset* data) {
+    if (data == nullptr) return;
+    values["data identity: " + name + " examples"] = std::to_string(data->size());
+    if (const auto* sharded = dynamic_cast<const ShardedDataset*>(data)) {
+      std::string shards;
+      for (const auto& s : sharded->shards()) shards += c10::str(s.shard.filename().string(), ":", s.shard_bytes, ":", s.size(), " ");
+      values["data identity: " + name + " shards"] = shards;
+    }
+  };
+  describe("training", &trainer.train_data());
+  describe("validation", trainer.validation_data());
+  return values;
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) throw Error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
 void add_policies(Trainer& trainer, StandardOptions& options, const std::string& resolved_config, const ProbeBatch& probe) {
   // The smoke test runs in on_fit_begin, before any other policy's state matters.
   if (options.smoke_test.mode() != SmokeTestMode::off) {
@@ -230,7 +268,16 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   // the others then fail promptly instead of training without it.
   const World world = detect_world(process_environment());
   if (world.world_size > 1) {
-    trainer.add_policy(std::make_shared<DataParallelPolicy>(connect(world, options.communicator), options.data_parallel));
+    const std::shared_ptr<Communicator> communicator = connect(world, options.communicator);
+    check_ranks_agree(*communicator, values_to_agree_on(trainer, resolved_config));
+    // Agreed: now rank 0 takes the run directory and records the configuration (start_program
+    // does this at once for a single process).
+    if (world.rank == 0 && !options.trainer.run_dir().empty()) {
+      const fs::path run_dir(options.trainer.run_dir());
+      lock_run_directory(run_dir);
+      if (!resolved_config.empty()) write_text_atomically(run_dir / "config.toml", resolved_config);
+    }
+    trainer.add_policy(std::make_shared<DataParallelPolicy>(communicator, options.data_parallel));
   } else if (options.data_parallel.shard() != ShardMode::off) {
     log::info("distributed.shard=" + to_string(options.data_parallel.shard()) + " applies to several processes; this one runs alone");
   }

@@ -13,6 +13,7 @@
 #include "core/detail/nonfinite_watch.hpp"
 #include "core/detail/oom_safety_net.hpp"
 #include "frugal/core/cpu_memory_cache.hpp"
+#include "frugal/core/run_lock.hpp"
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/errors.hpp"
@@ -150,6 +151,7 @@ FitResult Trainer::fit() {
     const std::filesystem::path run_dir(options_.run_dir());
     std::filesystem::create_directories(run_dir);
     if (rank() == 0) {  // one log and one metrics file per run, not per process
+      lock_run_directory(run_dir);  // held already when start_program took it
       log::add_file_sink(run_dir / "train.log");
       file_sink_open = true;
       metrics_log_ = MetricsLog(run_dir / "metrics.jsonl", options_.tensorboard() ? run_dir / "tensorboard" : fs::path());

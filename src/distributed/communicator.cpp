@@ -13,6 +13,7 @@
 #include <map>
 
 #include "distributed/c10d_backends.hpp"
+#include "frugal/checkpoint/preemption.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -27,6 +28,34 @@ void CommunicatorOptions::validate() const {
 }
 
 namespace {
+
+// Every rank's text through two sums: the lengths, then the bytes (as int32: gloo and NCCL both
+// sum those), each rank filling its own slot with zeros elsewhere.
+std::vector<std::string> gather_text_by_sums(const std::string& mine, int64_t rank, int64_t world, const torch::Device& device,
+                                             const std::function<void(torch::Tensor&)>& sum) {
+  const auto on = torch::TensorOptions().device(device);
+  torch::Tensor lengths = torch::zeros({world}, on.dtype(torch::kLong));
+  lengths[rank] = static_cast<int64_t>(mine.size());
+  sum(lengths);
+  const torch::Tensor host_lengths = lengths.cpu();
+  std::vector<int64_t> begin(static_cast<size_t>(world) + 1, 0);
+  for (int64_t r = 0; r < world; ++r) begin[static_cast<size_t>(r) + 1] = begin[static_cast<size_t>(r)] + host_lengths[r].item<int64_t>();
+  torch::Tensor mine_bytes = torch::empty({static_cast<int64_t>(mine.size())}, torch::kInt);
+  for (size_t i = 0; i < mine.size(); ++i) mine_bytes[static_cast<int64_t>(i)] = static_cast<unsigned char>(mine[i]);
+  torch::Tensor bytes = torch::zeros({begin.back()}, on.dtype(torch::kInt));
+  bytes.narrow(0, begin[static_cast<size_t>(rank)], static_cast<int64_t>(mine.size())).copy_(mine_bytes);
+  sum(bytes);
+  const torch::Tensor all = bytes.cpu();
+  const int* data = all.data_ptr<int>();
+  std::vector<std::string> out;
+  for (int64_t r = 0; r < world; ++r) {
+    std::string text;
+    for (int64_t i = begin[static_cast<size_t>(r)]; i < begin[static_cast<size_t>(r) + 1]; ++i) text += static_cast<char>(data[i]);
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
 
 struct CompletedCollective : PendingCollective {
   void wait() override {}
@@ -134,6 +163,14 @@ class C10dCommunicator : public Communicator {
       throw collective_failed("all_gather", world_, backend(), e);
     }
   }
+  std::vector<std::string> all_gather_text(const std::string& mine) override {
+    auto& channel = control_ ? control_ : backend_;
+    const torch::Device device = control_ ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, local_device());
+    return gather_text_by_sums(mine, world_.rank, world_.world_size, device, [&](torch::Tensor& t) {
+      std::vector<torch::Tensor> one{t};
+      run("all_gather_text", [&] { return channel->allreduce(one, reduce_options(ReduceOp::sum)); });
+    });
+  }
   bool any(bool local) override {
     auto& channel = control_ ? control_ : backend_;
     const torch::Device device = control_ ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, local_device());
@@ -224,6 +261,13 @@ std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_all_gather(t
   return std::make_unique<CompletedCollective>();
 }
 
+std::vector<std::string> Communicator::all_gather_text(const std::string& mine) {
+  return gather_text_by_sums(mine, rank(), world_size(), torch::kCPU, [this](torch::Tensor& t) {
+    std::vector<torch::Tensor> one{t};
+    all_reduce(one, ReduceOp::sum);
+  });
+}
+
 std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter(torch::Tensor input, torch::Tensor output) {
   check_chunks("reduce_scatter", input, output, world_size());
   auto pending = start_all_reduce(input);
@@ -251,6 +295,8 @@ std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOpti
   std::string name = options.backend();
   if (name == "auto") name = torch::cuda::is_available() ? "nccl" : "gloo";
 
+  // The rendezvous waits for every rank (up to the timeout) and cannot look at a recorded signal.
+  const preemption::ExitAtOnce exit_on_signal("connecting to the other ranks");
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(world.master_port);
   // Under torchrun the agent serves the store already; otherwise rank 0 does.

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <set>
 
 #include "support/fixtures.hpp"
 
@@ -28,4 +29,69 @@ TEST_CASE("with backend auto, a world of one needs no rendezvous", "[distributed
   auto comm = connect(World{});
   CHECK(comm->backend() == "single");
   CHECK(comm->world_size() == 1);
+}
+
+namespace {
+
+// Rank 0 of two whose peer resolved `peer`'s values: all_gather_text returns what the peer would
+// send (its digest, then its text), computed by running the same check as rank 1 would.
+class PeerCommunicator : public SingleProcessCommunicator {
+ public:
+  explicit PeerCommunicator(std::map<std::string, std::string> peer, std::set<std::string> skip = {})
+      : peer_(std::move(peer)), skip_(std::move(skip)) {}
+  int64_t world_size() const override { return 2; }
+  std::vector<std::string> all_gather_text(const std::string& mine) override {
+    // The peer's message of the same kind: a digest (16 hex digits) or the key/value lines.
+    std::string theirs;
+    for (const auto& [key, value] : peer_) {
+      if (!per_rank_options().count(key) && !skip_.count(key)) theirs += key + '\t' + value + '\n';
+    }
+    if (mine.size() == 16 && mine.find('\t') == std::string::npos) theirs = theirs == last_text_ ? mine : std::string(16, '0');
+    return {mine, theirs};
+  }
+  void expect_text(const std::map<std::string, std::string>& mine) {
+    last_text_.clear();
+    for (const auto& [key, value] : mine) {
+      if (!per_rank_options().count(key) && !skip_.count(key)) last_text_ += key + '\t' + value + '\n';
+    }
+  }
+
+ private:
+  std::map<std::string, std::string> peer_;
+  std::set<std::string> skip_;
+  std::string last_text_;
+};
+
+}  // namespace
+
+TEST_CASE("ranks agree on settings and data identity, per-rank options aside, or all are refused naming the key",
+          "[distributed]") {
+  const std::map<std::string, std::string> mine{{"trainer.max_epochs", "3"},
+                                                {"trainer.device", "cuda:0"},
+                                                {"data identity: training examples", "64"}};
+  auto peer_with = [&](const std::string& key, const std::string& value) {
+    auto peer = mine;
+    peer[key] = value;
+    PeerCommunicator comm(peer);
+    comm.expect_text(mine);
+    return comm;
+  };
+  auto same = peer_with("trainer.device", "cuda:1");  // per-rank: may differ
+  CHECK_NOTHROW(check_ranks_agree(same, mine));
+  auto other_data = peer_with("data identity: training examples", "96");
+  CHECK_THROWS_WITH(check_ranks_agree(other_data, mine),
+                    Catch::Contains("'data identity: training examples' is 64 on rank 0 and 96 on rank 1"));
+  auto missing = mine;
+  missing.erase("trainer.max_epochs");
+  PeerCommunicator lacking(missing);
+  lacking.expect_text(mine);
+  CHECK_THROWS_WITH(check_ranks_agree(lacking, mine), Catch::Contains("'trainer.max_epochs' is 3 on rank 0 and (not set) on rank 1"));
+  // A program's own per-rank key: compared unless the program names it.
+  auto own = peer_with("model.cache_dir", "/scratch/node2");
+  CHECK_THROWS_AS(check_ranks_agree(own, mine), ConfigError);
+  auto theirs = mine;
+  theirs["model.cache_dir"] = "/scratch/node2";
+  PeerCommunicator named(theirs, {"model.cache_dir"});
+  named.expect_text(mine);
+  CHECK_NOTHROW(check_ranks_agree(named, mine, {"model.cache_dir"}));
 }

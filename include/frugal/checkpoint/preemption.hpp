@@ -19,6 +19,19 @@ void install();
 int requested();
 /// Throws Preempted naming the signal and `stage` when one was requested (before training).
 void stop_if_requested(const char* stage);
+/// While one lives, a stop signal ends the process at once (exit 128 + signal, one line on stderr
+/// naming `stage`): for waits that cannot look at the flag, such as the rendezvous with the other
+/// ranks, where a recorded signal would be noticed only at the timeout.
+class ExitAtOnce {
+ public:
+  explicit ExitAtOnce(const char* stage);
+  ~ExitAtOnce();
+  ExitAtOnce(const ExitAtOnce&) = delete;
+  ExitAtOnce& operator=(const ExitAtOnce&) = delete;
+
+ private:
+  const char* previous_;
+};
 /// Forgets a request (tests; a fit that has handled it).
 void clear();
 

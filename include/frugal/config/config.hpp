@@ -103,6 +103,11 @@ CommandLine load_config(int argc, const char* const* argv, Config& config, const
 /// The process environment as "NAME=value" strings.
 std::vector<std::string> process_environment();
 
+/// The values of a TOML text as "section.key" -> the value written as TOML (comments, such as
+/// Config::to_toml's sources, dropped): how ranks compare their resolved configurations.
+/// ConfigError when the text does not parse.
+std::map<std::string, std::string> flatten_toml(const std::string& text);
+
 template <class E>
 void Config::bind_enum(const std::string& key, E& field, std::vector<std::pair<std::string, E>> names, std::string help) {
   Entry& e = add(key, ValueType::string, std::move(help));

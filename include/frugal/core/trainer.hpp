@@ -85,6 +85,8 @@ class Trainer {
   const Model& model() const { return model_; }
   const OptimizerFactory& optimizer_factory() const { return make_optimizer_; }
   const Dataset& train_data() const { return train_loader_.dataset(); }
+  /// The validation data, or null when there is none.
+  const Dataset* validation_data() const { return validation_loader_ ? &validation_loader_->dataset() : nullptr; }
   torch::Device device() const { return device_; }
   /// The optimizer the factory built; with a sharded optimizer (a policy's optimizer_shards) it
   /// updates this rank's pieces of the parameters.

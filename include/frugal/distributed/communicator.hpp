@@ -64,6 +64,9 @@ class Communicator {
   /// True if `local` is true on any rank: how replicas agree on a decision (stop, pre-emption).
   /// Travels over a host-side (gloo) channel where there is one, so it never waits for a GPU.
   virtual bool any(bool local) = 0;
+  /// Every rank's `mine`, in rank order (start-up checks: a few KB, host-side where possible).
+  /// The default goes through all_reduce on CPU tensors (gloo, one process).
+  virtual std::vector<std::string> all_gather_text(const std::string& mine);
 };
 
 class SingleProcessCommunicator : public Communicator {
