@@ -8,6 +8,9 @@
 #include <functional>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/detail/durable_io.hpp"
 #include "frugal/checkpoint/preemption.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/distributed/communicator.hpp"
@@ -17,6 +20,8 @@
 namespace frugal {
 
 namespace fs = std::filesystem;
+
+constexpr const char* kPreemptedMarker = "PREEMPTED";
 
 void CheckpointOptions::validate() const {
   if (every_n_steps() < 0) throw OptionError("every_n_steps", c10::str("every_n_steps must be >= 0, got ", every_n_steps()));
@@ -163,6 +168,11 @@ void CheckpointPolicy::on_fit_begin(const Trainer& trainer) {
   // One process: a signal from before the fit ends it here. Ranks stop together at the first
   // step's collective check instead (one rank alone leaving would strand the others).
   if (options_.on_signal() && trainer.world_size() == 1) preemption::stop_if_requested("starting the fit");
+  // A marker from an earlier pre-emption has done its job once this run starts.
+  if (trainer.rank() == 0 && !trainer.options().run_dir().empty()) {
+    std::error_code ignored;
+    fs::remove(fs::path(trainer.options().run_dir()) / kPreemptedMarker, ignored);
+  }
   last_save_time_ = std::chrono::steady_clock::now();
 }
 
@@ -321,8 +331,23 @@ std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& sta
   wait();  // the process may be killed soon after: the checkpoint must be on disk first
   preemption::clear();
   const char* by = signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a signal to another rank";
+  write_preempted_marker(state.step, by);
   return c10::str("pre-empted by ", by, ": checkpoint of step ", state.step,
                   " written, the next start resumes from it");
+}
+
+void CheckpointPolicy::write_preempted_marker(int64_t step, const char* by) const {
+  if (trainer_->rank() != 0 || trainer_->options().run_dir().empty()) return;
+  const fs::path marker = fs::path(trainer_->options().run_dir()) / kPreemptedMarker;
+  const auto latest = store_.latest();
+  const nlohmann::json j{{"preempted", true}, {"step", step}, {"by", by}, {"checkpoint", latest ? latest->string() : ""},
+                         {"resume", "start the same command again: it resumes from the checkpoint"}};
+  try {
+    detail::write_file_synced(marker.string() + ".tmp", j.dump(1) + "\n");
+    fs::rename(marker.string() + ".tmp", marker);
+  } catch (const std::exception& e) {
+    log::warn(c10::str("cannot write ", marker.string(), ": ", e.what()));
+  }
 }
 
 std::optional<std::string> CheckpointPolicy::last_checkpoint() const {

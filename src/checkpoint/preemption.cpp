@@ -1,6 +1,9 @@
 #include "frugal/checkpoint/preemption.hpp"
 
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <csignal>
 #include <cstring>
@@ -37,6 +40,13 @@ void install() {
 }
 
 int requested() { return requested_signal; }
+
+void exit_with_parent() {
+#ifdef __linux__
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() == 1) ::raise(SIGTERM);  // orphaned before the request took effect
+#endif
+}
 
 ExitAtOnce::ExitAtOnce(const char* stage) : previous_(exit_stage) {
   exit_stage = stage;

@@ -45,6 +45,9 @@ ProgramStart start_program(int argc, char** argv, Config& config, const Standard
   // From here a pre-emption notice is recorded, not fatal: loading data and models can take minutes.
   if (options.checkpoint_enabled && options.checkpoint.on_signal()) preemption::install();
   start.world = detect_world(process_environment());
+  // A rank orphaned by a killed agent (SIGKILL from a scheduler or the OOM killer) would train on
+  // and write checkpoints beside the relaunch; it gets SIGTERM instead.
+  if (start.world.launcher == "torchrun" && options.exit_with_launcher) preemption::exit_with_parent();
   resolve_device(options.trainer.device());  // before anything is written into the run directory
   if (start.world.rank == 0 && start.cli.print_config) std::cout << config.to_toml();
   // Several ranks first agree on the configuration (add_policies); nothing is written before.

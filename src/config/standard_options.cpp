@@ -137,6 +137,8 @@ void bind(Config& config, StandardOptions& o) {
                    {{"broadcast", BufferSync::broadcast}, {"average", BufferSync::average}, {"off", BufferSync::off}},
                    "Buffers (BatchNorm statistics) at each step: rank 0's, the mean, or left alone");
   config.bind("distributed.log_all_ranks", dp.log_all_ranks(), "Info-level logs from every rank, not only rank 0");
+  config.bind("distributed.exit_with_launcher", o.exit_with_launcher,
+              "Under torchrun: SIGTERM when the launcher dies (a checkpoint if the group is whole, then exit)");
   config.bind_enum("distributed.shard", dp.shard(),
                    {{"off", ShardMode::off}, {"optimizer", ShardMode::optimizer}, {"gradients", ShardMode::gradients}},
                    "Per rank, keep 1/N of the optimizer state (optimizer, ZeRO-1) and also of the reduced gradients "

@@ -84,6 +84,9 @@ class CheckpointPolicy : public Policy {
 
  private:
   void surface_errors();
+  /// Rank 0: <run_dir>/PREEMPTED (JSON: step, signal, checkpoint), for a scheduler script to
+  /// tell a pre-emption (resume me) from a failure; removed when the next fit starts.
+  void write_preempted_marker(int64_t step, const char* by) const;
   /// Logs and records a candidate that cannot be resumed from; `damaged`: moves it aside.
   void skipped(const CheckpointInfo& candidate, const std::string& reason, bool damaged);
   CheckpointWriteOptions write_options(int64_t step) const;

@@ -32,6 +32,11 @@ class ExitAtOnce {
  private:
   const char* previous_;
 };
+/// Asks the kernel to send this process SIGTERM when its parent (torchrun's agent, or the
+/// launcher that started it) dies, however it dies; a parent already gone counts as dead now.
+/// With the handlers installed, the rank then stops as on a pre-emption: a checkpoint if every
+/// rank can still take part, then exit. Linux only (PR_SET_PDEATHSIG); elsewhere a no-op.
+void exit_with_parent();
 /// Forgets a request (tests; a fit that has handled it).
 void clear();
 

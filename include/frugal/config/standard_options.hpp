@@ -47,6 +47,7 @@ struct StandardOptions {
   EarlyStoppingOptions early_stopping;        // [early_stopping]
   CommunicatorOptions communicator;           // [distributed]
   DataParallelOptions data_parallel;          // [distributed]
+  bool exit_with_launcher = true;             // [distributed] a rank stops when torchrun's agent dies
   bool auto_batch_enabled = false;            // [auto_batch] enabled
   BatchSizeFinderOptions auto_batch;          // [auto_batch]
   bool throughput_enabled = true;             // [throughput] enabled
