@@ -196,9 +196,18 @@ FitResult Trainer::fit() {
   window_data_wait_start_ = train_loader_.wait_seconds();
   window_reduce_seconds_ = 0.0;
 
-  while (!stopping() && state_.epoch < options_.max_epochs()) {
-    train_epoch();
-    if (!train_loader_.has_next()) ++state_.epoch;  // a fit stopped mid-epoch stays in it
+  // Said if the communication library ends the process from a thread of its own.
+  set_failure_context([this] { return c10::str("during step ", state_.step + 1, "; ", last_checkpoint_text()); });
+  struct ClearFailureContext {
+    ~ClearFailureContext() { set_failure_context({}); }
+  } clear_failure_context;
+  try {
+    while (!stopping() && state_.epoch < options_.max_epochs()) {
+      train_epoch();
+      if (!train_loader_.has_next()) ++state_.epoch;  // a fit stopped mid-epoch stays in it
+    }
+  } catch (const CommunicationError& e) {  // said with where the run is and where to resume from
+    throw CommunicationError(c10::str(e.what(), " (during step ", state_.step + 1, "; ", last_checkpoint_text(), ")"));
   }
   if (window_micro_steps_ > 0) log_training();
   check_finite("the end of the fit", /*weights=*/false);  // before a final checkpoint
@@ -240,6 +249,13 @@ void Trainer::train_epoch() {
   if (epoch_done) {
     for (auto& p : policies_) p->on_epoch_end(state_);
   }
+}
+
+std::string Trainer::last_checkpoint_text() const {
+  for (const auto& p : policies_) {
+    if (auto last = p->last_checkpoint()) return "the last good checkpoint is " + *last;
+  }
+  return "no checkpoint was written before it";
 }
 
 std::string Trainer::describe_batch(const Batch& batch) const {
@@ -469,11 +485,7 @@ void Trainer::check_finite(const std::string& at, bool weights) const {
   std::string what = loss     ? c10::str("a non-finite training loss (", std::isnan(loss->loss) ? "nan" : loss->loss > 0 ? "inf" : "-inf", ") at step ", loss->step)
                      : here   ? c10::str("non-finite weights at step ", state_.step, " (parameter ", weight, ")")
                               : c10::str("another rank saw a non-finite loss or weights by step ", state_.step, " (see its log)");
-  std::string resume = "no checkpoint was written before it";
-  for (const auto& p : policies_) {
-    if (auto last = p->last_checkpoint()) resume = "the last good checkpoint is " + *last;
-  }
-  throw NonFiniteError(c10::str(what, "; the run stops at ", at, "; ", resume,
+  throw NonFiniteError(c10::str(what, "; the run stops at ", at, "; ", last_checkpoint_text(),
                                 ". Lower the learning rate, check the data, or use bf16/fp16 loss scaling; "
                                 "trainer.stop_on_nonfinite_loss=false trains on regardless"));
 }

@@ -8,7 +8,12 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
+#include <exception>
+#include <mutex>
 #include <functional>
 #include <map>
 
@@ -56,6 +61,41 @@ std::vector<std::string> gather_text_by_sums(const std::string& mine, int64_t ra
   return out;
 }
 
+// For the terminate handler: the collective last started, and the Trainer's account of the run.
+std::atomic<const char*> last_collective{"the start-up"};
+std::mutex failure_context_mutex;
+std::function<std::string()> failure_context;
+World terminate_world;
+std::string terminate_backend;
+std::terminate_handler previous_terminate = nullptr;
+
+[[noreturn]] void on_terminate() {
+  const std::exception_ptr current = std::current_exception();
+  if (!current) {
+    if (previous_terminate) previous_terminate();
+    std::abort();
+  }
+  std::string what = "an exception that is not a std::exception";
+  try {
+    std::rethrow_exception(current);
+  } catch (const std::exception& e) {
+    what = message_of(e);
+  } catch (...) {
+  }
+  std::string where;
+  try {
+    std::lock_guard lock(failure_context_mutex);
+    if (failure_context) where = "; " + failure_context();
+  } catch (...) {
+  }
+  const std::string message = c10::str(
+      "frugal: rank ", terminate_world.rank, " of ", terminate_world.world_size, ": ", terminate_backend, " failed inside ",
+      last_collective.load(), ": ", what, ". The ranks' collectives do not match (ranks running different code or settings: a ",
+      "collective mismatch) or a peer failed", where, "\n");
+  ssize_t ignored = ::write(STDERR_FILENO, message.data(), message.size());
+  (void)ignored;
+  ::_exit(1);
+}
 
 struct CompletedCollective : PendingCollective {
   void wait() override {}
@@ -130,6 +170,7 @@ class C10dCommunicator : public Communicator {
     for_each_bucket(tensors, [&](std::vector<torch::Tensor>& flat) { start_all_reduce(flat[0], op)->wait(); });
   }
   std::unique_ptr<PendingCollective> start_all_reduce(torch::Tensor flat, ReduceOp op) override {
+    last_collective = "all_reduce";
     std::vector<torch::Tensor> tensors{std::move(flat)};
     try {
       auto work = backend_->allreduce(tensors, reduce_options(op));
@@ -140,6 +181,7 @@ class C10dCommunicator : public Communicator {
   }
   std::unique_ptr<PendingCollective> start_reduce_scatter(torch::Tensor input, torch::Tensor output) override {
     check_chunks("reduce_scatter", input, output, world_.world_size);
+    last_collective = "reduce_scatter";
     c10d::ReduceScatterOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;
@@ -153,6 +195,7 @@ class C10dCommunicator : public Communicator {
   }
   std::unique_ptr<PendingCollective> start_all_gather(torch::Tensor input, torch::Tensor output) override {
     check_chunks("all_gather", output, input, world_.world_size);
+    last_collective = "all_gather";
     c10d::AllgatherOptions options;
     options.timeout = timeout_;
     try {
@@ -227,6 +270,7 @@ class C10dCommunicator : public Communicator {
 
   template <class Launch>
   void run(const char* what, Launch launch) {
+    last_collective = what;
     try {
       launch()->wait(timeout_);
     } catch (const std::exception& e) {
@@ -323,7 +367,15 @@ std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOpti
   }
   log::info(c10::str("rank ", world.rank, " of ", world.world_size, " connected (", name, ", launched by ",
                      world.launcher, ")"));
+  terminate_world = world;
+  terminate_backend = name;
+  if (std::get_terminate() != on_terminate) previous_terminate = std::set_terminate(on_terminate);
   return std::make_shared<C10dCommunicator>(std::move(backend), std::move(control), world, timeout);
+}
+
+void set_failure_context(std::function<std::string()> context) {
+  std::lock_guard lock(failure_context_mutex);
+  failure_context = std::move(context);
 }
 
 }  // namespace frugal

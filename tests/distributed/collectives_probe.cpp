@@ -12,6 +12,7 @@
 
 int run(int argc, char** argv) {
   const bool die = argc > 1 && std::string(argv[1]) == "die";
+  const bool mismatch = argc > 1 && std::string(argv[1]) == "mismatch";
   const frugal::World world = frugal::detect_world(frugal::process_environment());
   auto comm = frugal::connect(world, frugal::CommunicatorOptions().backend("gloo").timeout_seconds(die ? 5 : 60));
   const int64_t r = comm->rank(), n = comm->world_size();
@@ -32,7 +33,14 @@ int run(int argc, char** argv) {
     std::cerr << "rank " << r << ": wrong collective result\n";
     return 1;
   }
-  std::cout << "rank " << r << " of " << n << ": collectives ok\n";
+  std::cout << "rank " << r << " of " << n << ": collectives ok" << std::endl;
+  if (mismatch) {  // rank 1 sends a longer all-reduce than the others: a collective mismatch
+    std::vector<torch::Tensor> t{torch::ones({r == 1 ? 4096 : 1024})};
+    comm->all_reduce(t);
+    comm->barrier();
+    std::cout << "rank " << r << ": the mismatched all_reduce returned" << std::endl;
+    return 0;
+  }
   if (!die) return 0;
 
   if (r == 1) return 0;  // rank 1 leaves; the others' next collective must fail, not hang

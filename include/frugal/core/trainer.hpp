@@ -119,6 +119,8 @@ class Trainer {
   void train_micro_step(const Batch& batch, bool last_in_epoch);
   /// "epoch E, batch B of N (dataset examples ...), targets lo..hi": where an error happened.
   std::string describe_batch(const Batch& batch) const;
+  /// "the last good checkpoint is <dir>" or that there is none, for errors that end a run.
+  std::string last_checkpoint_text() const;
   /// Steps 2-4 of the sequence: forward and loss under the policies' scopes, the loss
   /// transforms (`transformed` once they all ran), backward.
   void forward_backward(StepContext& ctx, const Batch& batch, bool& transformed);

@@ -12,6 +12,7 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,5 +98,11 @@ struct CommunicatorOptions {
 /// through a TCP store at world.master_addr:master_port and the chosen c10d backend (a world of
 /// one with an explicit backend runs the real backend: the GPU check exercises NCCL that way).
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options = {});
+
+/// Where the run stands ("step 12; the last good checkpoint is ..."), for the one message printed
+/// when the communication library ends the process from a thread of its own (gloo's
+/// EnforceNotMet on a collective mismatch): connect() turns that std::terminate into that
+/// message and exit code 1 instead of SIGABRT. The Trainer sets it during fit(); {} clears it.
+void set_failure_context(std::function<std::string()> context);
 
 }  // namespace frugal
