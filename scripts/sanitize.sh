@@ -17,6 +17,7 @@ case "$mode" in
     dir=build-asan
     flags="-fsanitize=address,undefined -fno-sanitize=vptr -fno-sanitize-recover=undefined"
     labels=()
+    targets=(all)
     # LibTorch keeps allocations alive until exit (its registries, thread pools): not leaks of ours.
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
     export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/scripts/sanitize/lsan.supp:print_suppressions=0}"
@@ -26,6 +27,8 @@ case "$mode" in
     dir=build-tsan
     flags="-fsanitize=thread"
     labels=(-L 'data|checkpoint')
+    # Only what those tests run: the build takes a third of the time.
+    targets=(frugal_data_tests frugal_checkpoint_tests frugal_resume_probe frugal-data)
     export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/sanitize/tsan.supp}"
     ;;
   *) echo "usage: scripts/sanitize.sh address|thread [ctest arguments]" >&2; exit 2 ;;
@@ -37,7 +40,7 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFRUGAL_PYTHON=
       > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
 rm -f "$dir.configure.log"
 start=$(date +%s)
-cmake --build "$dir" -j "$(nproc)"
+cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}"
 built=$(date +%s)
 # GPU tests skip themselves here; a sanitizer report fails its test (halt_on_error, exit code).
 ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 1800 "${labels[@]}" "$@"
