@@ -115,7 +115,9 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<CountingCommun
   const int64_t batch = 4 * (communicator ? 1 : world);
   frugal::TrainerOptions options;
   options.device("cpu").max_epochs(3).max_steps(args.num("max_steps", 12)).log_every_n_steps(5);
-  if (args.mode == "resume" || args.mode == "preempt") options.run_dir(args.get("dir", "run"));
+  // No run directory otherwise: each rank's one-process reference fit is a run of its own, and two
+  // runs may not share a directory.
+  options.run_dir(args.mode == "resume" || args.mode == "preempt" ? args.get("dir", "run") : "");
   options.halve_batch_on_oom(args.mode == "oom");
   frugal::Trainer trainer(model, [](torch::nn::Module& m) {
     return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));

@@ -82,7 +82,7 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<frugal::Commun
   }));
   frugal::TrainerOptions options;
   options.device("cpu").max_epochs(4).max_steps(args.num("max_steps", 8)).log_every_n_steps(4);
-  if (!parity) options.run_dir(args.get("dir", "run"));
+  options.run_dir(parity ? "" : args.get("dir", "run"));  // two runs may not share a directory
   frugal::Trainer trainer(model, optimizer_named(args.get("optimizer", "adamw")), frugal::testing::blobs(240), options,
                           frugal::DataLoaderOptions().batch_size(args.num("batch", 4)).seed(3));
   if (comm) {
