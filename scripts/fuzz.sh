@@ -23,7 +23,7 @@ declare -A sources=(
   [safetensors]="src/io/safetensors.cpp"
   [squad]="src/text/squad.cpp src/text/wordpiece.cpp src/data/converters.cpp"
   [wordpiece]="src/text/wordpiece.cpp"
-  [config]="src/config/config.cpp"
+  [config]="src/config/config.cpp src/config/command_line.cpp"
 )
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(checkpoint tar_shard jpeg npy safetensors squad wordpiece config)
