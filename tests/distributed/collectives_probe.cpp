@@ -55,7 +55,10 @@ int run(int argc, char** argv) {
     return 1;
   } catch (const frugal::CommunicationError& e) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "rank " << r << ": failed after " << seconds << " s: " << std::string(e.what()).substr(0, 160) << "\n";
+    std::cout << "rank " << r << ": failed after " << seconds << " s: " << std::string(e.what()).substr(0, 160) << std::endl;
+    // torchrun stops the other ranks as soon as one exits: give a slower survivor (a sanitizer
+    // build) time to report its own failure first.
+    std::this_thread::sleep_for(std::chrono::seconds(3));
     return seconds < 30 ? 7 : 1;  // 7: the expected, prompt failure
   }
 }
