@@ -3,7 +3,9 @@
 //   - a policy that does nothing (control: hook dispatch and the noise floor);
 //   - the profiler policy while idle (no capture due), against that empty policy: goal ~0;
 //   - the profiler capturing 3 of the epoch's 64 steps, averaged over the epoch;
-//   - throughput, cost and progress policies together (figures at every 10th step).
+//   - throughput, cost and progress policies together (figures at every 10th step);
+//   - the recovery ladder while nothing goes wrong (defaults: the loss and gradient norm read at
+//     every step, a snapshot at the start and every 50 steps), against the empty policy.
 //
 //   build/bench/frugal_bench_tooling [results.jsonl] [rounds] [profile dir]
 
@@ -73,5 +75,10 @@ int main(int argc, char** argv) {
       });
   append(out, {"throughput_cost_progress_step_time", figures.candidate * 1e3, "ms/step", figures.baseline * 1e3, command});
   std::cout << "throughput + cost + progress: median ratio " << figures.ratio << "\n";
+  const auto recovery = compare_interleaved(
+      rounds, [&] { return run(w, {std::make_shared<EmptyPolicy>()}); },
+      [&] { return run(w, {std::make_shared<RecoveryPolicy>()}); });
+  append(out, {"recovery_idle_step_time", recovery.candidate * 1e3, "ms/step", recovery.baseline * 1e3, command});
+  std::cout << "recovery ladder idle: median ratio " << recovery.ratio << "\n";
   return 0;
 }

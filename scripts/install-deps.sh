@@ -14,7 +14,7 @@ PY_PACKAGES=("torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" "nu
 # release that PyPI does not have)
 DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
               libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libgloo-dev
-              libarchive-dev libturbojpeg0-dev libxxhash-dev libutf8proc-dev)
+              libarchive-dev libturbojpeg0-dev libxxhash-dev libutf8proc-dev pkg-config libcairo2-dev)
 VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 
 missing=()

@@ -111,7 +111,7 @@ fi
 # --- Tests: every test binary, side by side, so the GPU-only tests run instead of skipping ----------
 # ("~[python]" leaves out the parity tests, which need the Python reference packages.)
 pids=()
-for t in core precision checkpoint distributed data resnet bert tooling memory; do
+for t in core precision checkpoint distributed data resnet bert tooling memory recovery; do
   stage "tests_$t" 240 "$bin/frugal_${t}_tests" "~[python]" &
   pids+=($!)
 done

@@ -52,6 +52,7 @@
 #include "frugal/policies/early_stopping.hpp"
 #include "frugal/policies/gradient_accumulation.hpp"
 #include "frugal/policies/gradient_clipping.hpp"
+#include "frugal/policies/recovery.hpp"
 #include "frugal/policies/mixed_precision.hpp"
 #include "frugal/policies/smoke_test.hpp"
 #include "frugal/precision/autocast_guard.hpp"

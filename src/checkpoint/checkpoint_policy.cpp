@@ -316,6 +316,20 @@ void CheckpointPolicy::on_step_end(StepContext& ctx) {
   if (by_steps || by_time) save(s);
 }
 
+void CheckpointPolicy::on_rolled_back(const TrainerState& state) {
+  // The abandoned path's checkpoints have higher steps and would win a resume: they go, and the
+  // rolled-back state (with the recovery ladder's decisions and the data it skips) is saved now.
+  wait();
+  finish_sharded(/*block=*/true);
+  if (trainer_->rank() == 0) {
+    for (const auto& info : store_.list()) {
+      if (info.step >= state.step) store_.remove(info.dir);
+    }
+  }
+  last_saved_step_ = -1;
+  save(state);
+}
+
 void CheckpointPolicy::on_epoch_end(const TrainerState& state) {
   surface_errors();
   if (options_.every_epoch()) save(state);

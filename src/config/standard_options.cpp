@@ -182,6 +182,23 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("profiler.dir", pr.dir(), "Trace directory; \"\" = <run_dir>/profiles");
   config.add_check("profiler", [&pr] { pr.validate(); });
 
+  config.bind("recovery.enabled", o.recovery_enabled, "Loss-spike and NaN recovery ladder: skip, roll back, lower LR, switch precision, stop");
+  RecoveryOptions& r = o.recovery;
+  config.bind("recovery.window", r.window(), "Clean steps in the running median of the loss");
+  config.bind("recovery.min_history", r.min_history(), "Steps of history before spikes are judged");
+  config.bind("recovery.spike_factor", r.spike_factor(), "A loss above this x the running median is a spike; 0 = off");
+  config.bind("recovery.max_grad_norm", r.max_grad_norm(), "A gradient norm above this is an anomaly; 0 = off");
+  config.bind("recovery.check_gradients", r.check_gradients(), "Also judge the global gradient norm (non-finite, max_grad_norm)");
+  config.bind("recovery.repeat_window", r.repeat_window(), "An anomaly within this many steps of the last climbs a rung");
+  config.bind("recovery.snapshot_every_n_steps", r.snapshot_every_n_steps(), "In-memory snapshot of a good step every N steps");
+  config.bind("recovery.snapshots", r.snapshots(), "Snapshots kept; a rollback returns to the oldest");
+  config.bind("recovery.skip_batches", r.skip_batches(), "Batches skipped after the anomaly on a rollback, besides those since the snapshot");
+  config.bind("recovery.lr_factor", r.lr_factor(), "Rung 3: learning-rate multiplier");
+  config.bind("recovery.lr_window", r.lr_window(), "Rung 3: steps the lower learning rate holds");
+  config.bind("recovery.switch_precision", r.switch_precision(), "Rung 4: switch fp16 -> bf16 -> fp32");
+  config.bind("recovery.max_rollbacks", r.max_rollbacks(), "Rollbacks allowed in a run; then the ladder stops it");
+  config.add_check("recovery", [&r] { r.validate(); });
+
   config.bind("progress.enabled", o.progress_enabled, "Progress bar on a terminal, periodic progress lines otherwise");
   ProgressOptions& pg = o.progress;
   config.bind("progress.refresh_seconds", pg.refresh_seconds(), "Terminal: seconds between redraws");
@@ -313,6 +330,7 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
     at_stop.every_n_steps(0).every_n_minutes(0).every_epoch(false).at_end(true);
     trainer.add_policy(std::make_shared<CheckpointPolicy>(at_stop, resolved_config));
   }
+  if (options.recovery_enabled) trainer.add_policy(std::make_shared<RecoveryPolicy>(options.recovery));
 }
 
 int64_t optimizer_steps_per_epoch(const Trainer& trainer, const StandardOptions& options) {

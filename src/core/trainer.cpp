@@ -190,6 +190,11 @@ FitResult Trainer::fit() {
   log::info(c10::str("fit: ", model_.module().name(), " on ", device_, ", ", train_loader_.batches_per_epoch(),
                      " batches/epoch of ", train_loader_.options().batch_size(), ", up to ", options_.max_epochs(),
                      " epochs", options_.max_steps() > 0 ? c10::str(" / ", options_.max_steps(), " steps") : ""));
+  // What a step and an epoch hold, for tools that read metrics.jsonl (frugal-sweep's cost per epoch).
+  record("fit", {{"step", static_cast<double>(state_.step)},
+                 {"batch_size", static_cast<double>(train_loader_.options().batch_size())},
+                 {"world_size", static_cast<double>(world_size())},
+                 {"samples_per_epoch", static_cast<double>(train_loader_.batches_per_epoch() * train_loader_.options().batch_size() * world_size())}});
   const int64_t samples_at_start = state_.samples_seen;
   optimizer_->zero_grad(/*set_to_none=*/true);
   window_start_ = std::chrono::steady_clock::now();
@@ -317,8 +322,8 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
       log::debug(c10::str("step ", state_.step, " skipped: ", *ctx.cancel_reason()));
     } else {
       optimizer_->step();
-      apply_lr_schedule();
     }
+    apply_lr_schedule();  // also after a skipped step: a policy may have changed its factor
     nonfinite_->end_step(state_.step, ctx.step_cancelled());
     for (auto& p : policies_) p->on_after_optimizer_step(ctx);
     optimizer_->zero_grad(/*set_to_none=*/true);
@@ -328,14 +333,24 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   ++state_.micro_step;
   state_.samples_seen += batch.size();
   // Summed in place, in fp32 (the loss may be bf16 under autocast): no allocation per step.
-  if (window_loss_sum_.defined()) {
-    window_loss_sum_.add_(ctx.loss());
+  if (step_loss_sum_.defined()) {
+    step_loss_sum_.add_(ctx.loss());
   } else {
-    window_loss_sum_ = ctx.loss().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    step_loss_sum_ = ctx.loss().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
   }
-  ++window_micro_steps_;
+  ++step_micro_steps_;
   window_samples_ += batch.size();
   if (ctx.boundary()) {
+    if (!ctx.loss_discarded()) {  // the step's losses join the log window
+      if (window_loss_sum_.defined()) {
+        window_loss_sum_.add_(step_loss_sum_);
+      } else {
+        window_loss_sum_ = step_loss_sum_;
+      }
+      window_micro_steps_ += step_micro_steps_;
+    }
+    step_loss_sum_ = torch::Tensor();
+    step_micro_steps_ = 0;
     if (state_.step % options_.log_every_n_steps() == 0) log_training();
     if (options_.validate_every_n_steps() > 0 && validation_loader_ &&
         state_.step % options_.validate_every_n_steps() == 0) {
@@ -348,7 +363,21 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   }
   // After the bookkeeping, so a checkpoint taken here includes this step's validation.
   for (auto& p : policies_) p->on_step_end(ctx);
+  if (ctx.rollback()) roll_back(*ctx.rollback());
   if (ctx.boundary()) maybe_stop();
+}
+
+void Trainer::roll_back(const StepContext::Rollback& rollback) {
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  restore(*rollback.to);
+  DataPosition at = rollback.resume_at;
+  if (at.batch_index >= train_loader_.batches_per_epoch()) at = {at.epoch + 1, 0, at.seed, at.batch_size};
+  train_loader_.restore(at);
+  state_.epoch = at.epoch;
+  step_loss_sum_ = torch::Tensor();
+  step_micro_steps_ = 0;
+  log::info(c10::str("rolled back to step ", state_.step, "; reading on at epoch ", at.epoch, ", batch ", at.batch_index));
+  for (auto& p : policies_) p->on_rolled_back(state_);
 }
 
 void Trainer::forward_backward(StepContext& ctx, const Batch& batch, bool& transformed) {
@@ -392,6 +421,8 @@ void Trainer::halve_after_oom() {
   window_micro_steps_ = start.window_micro_steps;
   window_samples_ = start.window_samples;
   window_loss_sum_ = start.window_loss_sum;
+  step_loss_sum_ = torch::Tensor();
+  step_micro_steps_ = 0;
   const int64_t new_size = old_size / 2;
   change_micro_batch(new_size);
   const int64_t first_example = start.position.batch_index * old_size;
@@ -405,8 +436,12 @@ void Trainer::halve_after_oom() {
 }
 
 void Trainer::apply_lr_schedule() {
-  if (!lr_schedule_) return;
-  const double factor = lr_schedule_(state_.optimizer_steps());
+  double policies_factor = 1.0;
+  for (const auto& p : policies_) policies_factor *= p->lr_factor(state_);
+  // Without a schedule or a policy's factor the groups' rates are left as the user set them.
+  if (!lr_schedule_ && policies_factor == 1.0 && lr_factor_ == 1.0) return;
+  lr_factor_ = policies_factor;
+  const double factor = (lr_schedule_ ? lr_schedule_(state_.optimizer_steps()) : 1.0) * policies_factor;
   auto& groups = optimizer_->param_groups();
   for (size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(base_lrs_[i] * factor);
   state_.lr = base_lrs_.empty() ? 0.0 : base_lrs_.front() * factor;
@@ -416,9 +451,10 @@ void Trainer::log_training() {
   // Loss and throughput of the whole job: summed across ranks (every rank logs at the same step).
   const double data_wait = train_loader_.wait_seconds() - window_data_wait_start_;
   const std::vector<double> window =
-      sum_across_ranks({window_loss_sum_.item<double>(), static_cast<double>(window_micro_steps_),
+      sum_across_ranks({window_loss_sum_.defined() ? window_loss_sum_.item<double>() : 0.0, static_cast<double>(window_micro_steps_),
                         static_cast<double>(window_samples_), data_wait, window_reduce_seconds_});
-  const double loss = window[0] / window[1];
+  // nan when every step of the window had its loss discarded (the recovery ladder's skips)
+  const double loss = window[1] > 0 ? window[0] / window[1] : std::nan("");
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - window_start_).count();
   const double samples_per_s = window[2] / std::max(1e-9, seconds);
@@ -441,7 +477,8 @@ void Trainer::log_training() {
                                                      {"data_wait_fraction", data_wait_fraction},
                                                      {"communication_fraction", communication_fraction},
                                                      {"compute_fraction", compute_fraction},
-                                                     {"skipped_steps", static_cast<double>(state_.skipped_steps)}};
+                                                     {"skipped_steps", static_cast<double>(state_.skipped_steps)},
+                                                     {"samples_seen", static_cast<double>(state_.samples_seen * world_size())}};
   Metrics extra;
   for (auto& p : policies_) p->collect_metrics(extra);
   std::string extra_text;

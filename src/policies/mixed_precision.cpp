@@ -97,6 +97,23 @@ void MixedPrecisionPolicy::fall_back(double scale) {
                      "): falling back to ", to_string(precision_), " for the rest of the run"));
 }
 
+std::optional<Precision> MixedPrecisionPolicy::safer_precision() const {
+  switch (precision_) {
+    case Precision::fp16: return bf16_supported_ ? Precision::bf16 : Precision::fp32;
+    case Precision::bf16: return Precision::fp32;
+    case Precision::fp32: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void MixedPrecisionPolicy::switch_to(Precision precision, const std::string& reason) {
+  if (precision == Precision::bf16 && !bf16_supported_) precision = Precision::fp32;
+  if (precision == precision_) return;
+  log::warn(c10::str("precision: ", to_string(precision_), " -> ", to_string(precision), " (", reason, ")"));
+  precision_ = precision;
+  found_inf_ = torch::Tensor();
+}
+
 void MixedPrecisionPolicy::collect_metrics(Metrics& metrics) {
   if (options_.mode() == Precision::fp32) return;
   if (precision_ == Precision::fp16) metrics["loss_scale"] = scaler_.scale_value();

@@ -37,12 +37,14 @@ grep -q "float32 linear layers on the CPU through mkl" padded.log || fail "model
   || fail "checkpointed run: $(tail -3 recompute.log)"
 grep -q "activation checkpointing: attention" recompute.log || fail "model.activation_checkpointing was not applied"
 
-# Second run: features from the cache; bf16 autocast, accumulation, clipping, checkpoints.
+# Second run: features from the cache; bf16 autocast, accumulation, clipping, checkpoints, the
+# recovery ladder (its state goes into the checkpoint and comes back on resume).
 "$exe" "${common[@]}" --trainer.max_epochs=1 --trainer.run_dir=ck --precision.mode=bf16 --accumulation.steps=2 \
-  --clipping.mode=norm --checkpoint.enabled=true > ck1.log 2>&1 || fail "policies run: $(tail -3 ck1.log)"
+  --clipping.mode=norm --checkpoint.enabled=true --recovery.enabled=true > ck1.log 2>&1 || fail "policies run: $(tail -3 ck1.log)"
 grep -q "preprocessing cache hit: bert_squad_features" ck1.log || fail "the second run tokenized again"
 "$exe" "${common[@]}" --trainer.max_epochs=2 --trainer.run_dir=ck --precision.mode=bf16 --accumulation.steps=2 \
-  --clipping.mode=norm --checkpoint.enabled=true > ck2.log 2>&1 || fail "resumed run: $(tail -3 ck2.log)"
+  --clipping.mode=norm --checkpoint.enabled=true --recovery.enabled=true > ck2.log 2>&1 || fail "resumed run: $(tail -3 ck2.log)"
+grep -q "recovery: on" ck2.log || fail "the recovery ladder is not on"
 grep -q "resumed at step 17, epoch 1" ck2.log || fail "did not resume: $(grep -m2 -i resum ck2.log)"
 
 "$exe" "${common[@]}" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"

@@ -29,12 +29,13 @@ base=(--config "$source_dir/examples/resnet50/digits.toml" --trainer.device=cpu 
 common=("${base[@]}" "${shards[@]}")
 
 # Every policy at once from the command line: bf16 autocast, accumulation, clipping, channels-last,
-# Nesterov off, checkpoints, early stopping on top-1.
+# Nesterov off, checkpoints, early stopping on top-1, the recovery ladder (idle on clean data).
 "$exe" "${common[@]}" --trainer.max_epochs=6 --trainer.run_dir=policies --precision.mode=bf16 --accumulation.steps=2 \
   --clipping.mode=norm --clipping.max_norm=5 --model.channels_last=true --optimizer.nesterov=false \
   --checkpoint.enabled=true --checkpoint.every_epoch=true --checkpoint.keep_last=2 \
   --early_stopping.enabled=true --early_stopping.monitor=top1 --early_stopping.mode=max \
-  --early_stopping.stopping_threshold=0.5 > policies.log 2>&1 || fail "policies run: $(tail -3 policies.log)"
+  --early_stopping.stopping_threshold=0.5 --recovery.enabled=true > policies.log 2>&1 || fail "policies run: $(tail -3 policies.log)"
+grep -q '"recovery_anomalies":0.0' policies/metrics.jsonl || fail "the recovery ladder is not on, or saw anomalies in clean data"
 grep -q 'channels_last' policies.log || fail "channels_last not reported"
 grep -q '"grad_norm"' policies/metrics.jsonl || fail "no grad_norm (clipping) in metrics.jsonl"
 grep -q 'stopped: early_stopping: top1' policies/train.log || fail "early stopping at top1 >= 0.5 did not stop the run: $(grep -i stop policies/train.log | head -3)"

@@ -65,6 +65,7 @@ class CheckpointPolicy : public Policy {
   void resume_failed(const std::string& reason) override;
   void on_fit_begin(const Trainer& trainer) override;
   void on_step_end(StepContext& ctx) override;
+  void on_rolled_back(const TrainerState& state) override;
   void on_epoch_end(const TrainerState& state) override;
   std::optional<std::string> should_stop(const TrainerState& state) override;
   void on_fit_end(const Trainer& trainer) override;

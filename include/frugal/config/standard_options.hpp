@@ -22,6 +22,7 @@
 #include "frugal/policies/gradient_accumulation.hpp"
 #include "frugal/policies/gradient_clipping.hpp"
 #include "frugal/policies/mixed_precision.hpp"
+#include "frugal/policies/recovery.hpp"
 #include "frugal/policies/smoke_test.hpp"
 #include "frugal/tooling/auto_batch_size.hpp"
 #include "frugal/tooling/cost.hpp"
@@ -54,6 +55,8 @@ struct StandardOptions {
   ThroughputOptions throughput;               // [throughput]; programs set the FLOPs per sample
   CostOptions cost;                           // [cost]; on when price_per_device_hour > 0
   ProfilerOptions profiler;                   // [profiler]; on when a trigger is set
+  bool recovery_enabled = false;              // [recovery] enabled
+  RecoveryOptions recovery;                   // [recovery]
   bool progress_enabled = true;               // [progress] enabled
   ProgressOptions progress;                   // [progress]
   log::Level log_level = log::Level::info;  // [log] level
@@ -66,10 +69,12 @@ void bind(Config& config, StandardOptions& options);
 /// environment says this process is one of several: torchrun or Slurm; it connects to the
 /// others here), then the automatic batch size (with `probe`; it writes the chosen batch size
 /// and accumulation steps back into `options`), gradient accumulation, mixed precision,
-/// clipping, throughput, cost, profiler, progress, early stopping, checkpoint (the loss is
+/// clipping, throughput, cost, profiler, progress, early stopping, checkpoint, recovery (the loss is
 /// divided by N before it is scaled; the gradient hooks run in the Trainer's fixed order
-/// whatever the policy order; the checkpoint comes last so that a stop decided by early
-/// stopping or the budget is saved with its counters; a hard budget turns checkpoints on).
+/// whatever the policy order; the checkpoint comes after the policies that stop a run so that
+/// a stop decided by early stopping or the budget is saved with its counters, and the recovery
+/// ladder after it so that a run it gives up on ends with that checkpoint written; a hard
+/// budget turns checkpoints on).
 /// `resolved_config` (Config::to_toml()) is stored in each checkpoint.
 void add_policies(Trainer& trainer, StandardOptions& options, const std::string& resolved_config = "",
                   const ProbeBatch& probe = {});

@@ -8,7 +8,7 @@
 //   on_step_begin -> forward_guard (forward + loss run inside) -> transform_loss -> backward
 //   -> on_after_backward -> [boundary only: reduce_gradients -> unscale_gradients -> clip_gradients
 //   -> before_optimizer_step -> optimizer step + LR schedule unless cancelled -> on_after_optimizer_step]
-//   -> on_step_end
+//   -> on_step_end -> [a rollback a policy asked for (StepContext::roll_back)]
 // Once a step is cancelled, the remaining gradient hooks (unscale, clip, before_optimizer_step)
 // are not called; on_after_optimizer_step always is, with ctx.step_cancelled() telling.
 //
@@ -95,11 +95,20 @@ class Policy {
   /// 10. Every micro-step, after the Trainer's bookkeeping (counters, logging, validation).
   virtual void on_step_end(StepContext& /*ctx*/) {}
 
+  /// The Trainer went back to an earlier snapshot of this run (a policy's StepContext::roll_back)
+  /// and now stands at `state`: checkpoints of the abandoned path must not win a resume.
+  virtual void on_rolled_back(const TrainerState& /*state*/) {}
+
   // -- Validation and stopping -----------------------------------------------------------
   virtual void on_validation_end(const TrainerState& /*state*/, const Metrics& /*metrics*/) {}
   /// Asked after every optimizer step and every validation, of every policy (each is asked,
   /// so a policy may use collectives here); the first reason ends the fit on all ranks.
   virtual std::optional<std::string> should_stop(const TrainerState& /*state*/) { return std::nullopt; }
+
+  /// A multiplier of the learning rate at this point (the recovery ladder lowers it for a while):
+  /// the Trainer sets each group's rate to base x schedule x the product over policies after
+  /// every optimizer step and on resume. Must be equal on every rank.
+  virtual double lr_factor(const TrainerState& /*state*/) const { return 1.0; }
 
   /// At each training log line: figures to record with it (loss scale, gradient norm...).
   /// Called only every log_every_n_steps, so it may read values back from the device.

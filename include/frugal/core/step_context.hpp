@@ -7,10 +7,12 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "frugal/checkpoint/snapshot.hpp"
 #include "frugal/core/trainer_state.hpp"
 #include "frugal/data/batch.hpp"
 #include "frugal/distributed/communicator.hpp"
@@ -52,6 +54,22 @@ class StepContext {
   bool step_cancelled() const { return cancel_reason_.has_value(); }
   const std::optional<std::string>& cancel_reason() const { return cancel_reason_; }
 
+  /// Keeps this optimizer step's loss out of the logged training loss (a non-finite loss the
+  /// step was cancelled for, which would otherwise turn the whole log window into nan).
+  void discard_loss() { discard_loss_ = true; }
+  bool loss_discarded() const { return discard_loss_; }
+
+  /// Asks the Trainer to go back to `to` (a snapshot of this run) once this micro-step is over,
+  /// and to continue reading data at `resume_at` rather than where the snapshot was taken.
+  struct Rollback {
+    std::shared_ptr<const TrainingSnapshot> to;
+    DataPosition resume_at;
+  };
+  void roll_back(std::shared_ptr<const TrainingSnapshot> to, DataPosition resume_at) {
+    rollback_ = Rollback{std::move(to), resume_at};
+  }
+  const std::optional<Rollback>& rollback() const { return rollback_; }
+
   /// Sharded data parallelism (set in reduce_gradients): the gradients of parameters() are this
   /// rank's part of the model's, so a figure of the whole model (the global norm, an overflow
   /// anywhere) is the reduction over the ranks of each rank's partial figure.
@@ -75,6 +93,8 @@ class StepContext {
   bool boundary_ = true;
   torch::Tensor loss_;
   std::optional<std::string> cancel_reason_;
+  bool discard_loss_ = false;
+  std::optional<Rollback> rollback_;
   Communicator* shard_ranks_ = nullptr;
 };
 

@@ -96,6 +96,8 @@ class Trainer {
   const std::vector<std::shared_ptr<Policy>>& policies() const { return policies_; }
   /// Optimizer-step boundaries per epoch without accumulation: batches of this rank's share.
   int64_t batches_per_epoch() const { return train_loader_.batches_per_epoch(); }
+  /// Where the training data is read next (this rank's batches).
+  DataPosition data_position() const { return train_loader_.position(); }
 
   /// Writes a metrics record (metrics.jsonl and TensorBoard) on rank 0; a no-op elsewhere and
   /// without a run directory. For policies' events: budget alerts, profiles, epoch costs.
@@ -131,6 +133,8 @@ class Trainer {
   void change_micro_batch(int64_t new_size);
   /// After a window in which some rank ran out of memory: drop it, halve the micro-batch, rewind.
   void halve_after_oom();
+  /// Back to a snapshot a policy asked for, reading on from where it said.
+  void roll_back(const StepContext::Rollback& rollback);
   void log_training();
   void maybe_stop();
   /// Sums `values` across ranks (one collective); a no-op alone.
@@ -160,6 +164,10 @@ class Trainer {
   // loop never waits for the GPU between steps.
   torch::Tensor window_loss_sum_;
   int64_t window_micro_steps_ = 0;
+  // The current optimizer step's losses, added to the window at its boundary (unless discarded).
+  torch::Tensor step_loss_sum_;
+  int64_t step_micro_steps_ = 0;
+  double lr_factor_ = 1.0;  // the policies' product, as last applied
   int64_t window_samples_ = 0;
   int64_t batch_in_epoch_ = -1;  // the loader's index of the batch in training, for error messages
   std::chrono::steady_clock::time_point window_start_;

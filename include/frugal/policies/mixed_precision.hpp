@@ -53,6 +53,11 @@ class MixedPrecisionPolicy : public Policy {
 
   /// The precision in effect now (differs from options().mode() after a fallback).
   Precision precision() const { return precision_; }
+  /// The next safer precision than the one in effect: fp16 -> bf16 (where supported, else fp32),
+  /// bf16 -> fp32; none at fp32. Valid once the fit has begun.
+  std::optional<Precision> safer_precision() const;
+  /// Continues in `precision` from the next forward pass on (the recovery ladder's rung 4).
+  void switch_to(Precision precision, const std::string& reason);
   const GradScaler& scaler() const { return scaler_; }
   int64_t overflow_steps() const { return overflow_steps_; }
 
