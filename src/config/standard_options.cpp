@@ -188,7 +188,7 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("recovery.min_history", r.min_history(), "Steps of history before spikes are judged");
   config.bind("recovery.spike_factor", r.spike_factor(), "A loss above this x the running median is a spike; 0 = off");
   config.bind("recovery.max_grad_norm", r.max_grad_norm(), "A gradient norm above this is an anomaly; 0 = off");
-  config.bind("recovery.check_gradients", r.check_gradients(), "Also judge the global gradient norm (non-finite, max_grad_norm)");
+  config.bind("recovery.check_gradients", r.check_gradients(), "Compute the gradient norm every step (one pass) when clipping does not give it");
   config.bind("recovery.repeat_window", r.repeat_window(), "An anomaly within this many steps of the last climbs a rung");
   config.bind("recovery.snapshot_every_n_steps", r.snapshot_every_n_steps(), "In-memory snapshot of a good step every N steps");
   config.bind("recovery.snapshots", r.snapshots(), "Snapshots kept; a rollback returns to the oldest");

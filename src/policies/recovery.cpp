@@ -61,8 +61,10 @@ RecoveryPolicy::~RecoveryPolicy() = default;
 void RecoveryPolicy::on_fit_begin(const Trainer& trainer) {
   trainer_ = &trainer;
   precision_policy_ = nullptr;
+  clipping_policy_ = nullptr;
   for (const auto& p : trainer.policies()) {
     if (auto* mp = dynamic_cast<MixedPrecisionPolicy*>(p.get())) precision_policy_ = mp;
+    if (auto* clip = dynamic_cast<GradientClippingPolicy*>(p.get())) clipping_policy_ = clip;
   }
   // The state the fit starts from (a fresh model or a checkpoint) is the first good one.
   snapshots_->kept.clear();
@@ -96,18 +98,15 @@ void RecoveryPolicy::on_step_begin(StepContext&) {
 }
 
 void RecoveryPolicy::on_after_backward(StepContext& ctx) {
-  // Summed on the device: read once per optimizer step, in before_optimizer_step.
-  if (step_loss_.defined()) {
-    step_loss_.add_(ctx.loss());
-  } else {
-    step_loss_ = ctx.loss().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  }
+  // Summed on the device, out of place (the first is the loss itself, not a copy): read once per
+  // optimizer step, in before_optimizer_step.
+  step_loss_ = step_loss_.defined() ? step_loss_ + ctx.loss() : ctx.loss();
   ++step_micro_steps_;
 }
 
 std::string RecoveryPolicy::judge(double loss, double norm) const {
   if (!std::isfinite(loss)) return c10::str("non-finite loss (", loss, ")");
-  if (options_.check_gradients() && !std::isfinite(norm)) return c10::str("non-finite gradient norm (", norm, ")");
+  if (!std::isfinite(norm)) return c10::str("non-finite gradient norm (", norm, ")");
   if (options_.max_grad_norm() > 0 && norm > options_.max_grad_norm()) {
     return c10::str("gradient norm ", norm, " above ", options_.max_grad_norm());
   }
@@ -123,33 +122,40 @@ std::string RecoveryPolicy::judge(double loss, double norm) const {
 void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
   if (!step_loss_.defined()) return;  // no forward pass ran in this step (out-of-memory stand-in)
   ++seen_steps_;
+  // The gradient norm: free when clipping by norm computed it; one pass over the gradients when
+  // check_gradients or max_grad_norm asks for it.
   torch::Tensor norm;
-  if (options_.check_gradients()) {
-    for (const auto& p : trainer_->policies()) {
-      if (auto* clip = dynamic_cast<GradientClippingPolicy*>(p.get()); clip && clip->last_total_norm().defined()) {
-        norm = clip->last_total_norm();
-      }
-    }
-    if (!norm.defined()) {
-      std::vector<torch::Tensor> norms;
+  if (clipping_policy_ && clipping_policy_->last_total_norm().defined()) norm = clipping_policy_->last_total_norm();
+  if (!norm.defined() && (options_.check_gradients() || options_.max_grad_norm() > 0)) {
+    {
+      std::vector<torch::Tensor> grads;
       for (const auto& param : ctx.parameters()) {
-        if (param.grad().defined()) norms.push_back(param.grad().detach().to(torch::kFloat).pow(2).sum());
+        if (param.grad().defined()) grads.push_back(param.grad().detach());
       }
-      norm = norms.empty() ? torch::zeros({}, step_loss_.options()) : torch::stack(norms).sum();
-      norm = ctx.reduce_over_shards(norm).sqrt();  // the whole model's, with sharded gradients
+      // One fused pass over the gradients (no squared copies), then the norm of the norms.
+      const torch::Tensor squares = grads.empty() ? torch::zeros({}, step_loss_.options())
+                                                  : torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat).pow(2).sum();
+      norm = ctx.reduce_over_shards(squares).sqrt();  // the whole model's, with sharded gradients
     }
   }
-  // One small tensor, averaged over the ranks and read once: every rank judges the same figures.
-  torch::Tensor figures = torch::stack({step_loss_ / static_cast<double>(step_micro_steps_),
-                                        norm.defined() ? norm.to(step_loss_.device()).to(torch::kFloat).reshape({}) : torch::zeros({}, step_loss_.options())});
+  // The figures every rank judges alike: the loss averaged over the ranks, read once (the one
+  // wait of the step); alone and without a norm, the loss sum itself.
+  double loss = 0.0, grad_norm = 0.0;
   Communicator& ranks = trainer_->communicator();
-  if (ranks.world_size() > 1) {
-    std::vector<torch::Tensor> values{figures};
-    ranks.all_reduce(values, ReduceOp::sum);
-    figures = values[0] / static_cast<double>(ranks.world_size());
+  if (ranks.world_size() == 1 && !norm.defined()) {
+    loss = step_loss_.item<double>() / static_cast<double>(step_micro_steps_);  // the one wait of the step
+  } else {
+    torch::Tensor figures = torch::stack({step_loss_.to(torch::kFloat) / static_cast<double>(step_micro_steps_),
+                                          norm.defined() ? norm.to(step_loss_.device()).to(torch::kFloat).reshape({}) : torch::zeros({}, step_loss_.options())});
+    if (ranks.world_size() > 1) {
+      std::vector<torch::Tensor> values{figures};
+      ranks.all_reduce(values, ReduceOp::sum);
+      figures = values[0] / static_cast<double>(ranks.world_size());
+    }
+    const torch::Tensor host = figures.to(torch::kDouble).cpu();
+    loss = host.data_ptr<double>()[0];
+    grad_norm = host.data_ptr<double>()[1];
   }
-  const torch::Tensor host = figures.to(torch::kDouble).cpu();
-  const double loss = host[0].item<double>(), grad_norm = host[1].item<double>();
 
   if (last_anomaly_ >= 0 && seen_steps_ - last_anomaly_ > options_.repeat_window()) rung_ = 0;  // the episode is over
   const std::string why = judge(loss, grad_norm);

@@ -32,6 +32,7 @@
 
 namespace frugal {
 
+class GradientClippingPolicy;
 class MixedPrecisionPolicy;
 
 struct RecoveryOptions {
@@ -43,8 +44,10 @@ struct RecoveryOptions {
   TORCH_ARG(double, spike_factor) = 3.0;
   /// A global gradient norm above this is an anomaly; 0 = only non-finite norms.
   TORCH_ARG(double, max_grad_norm) = 0.0;
-  /// Read the gradient norm (one reduction over the gradients when clipping does not give it).
-  TORCH_ARG(bool, check_gradients) = true;
+  /// Also judge the global gradient norm at every step. Free when clipping by norm computes it
+  /// (then always judged); otherwise one pass over the gradients, which catches a non-finite
+  /// gradient before the update rather than at the next step's loss. max_grad_norm > 0 implies it.
+  TORCH_ARG(bool, check_gradients) = false;
   /// An anomaly within this many steps of the previous one climbs a rung; later ones start over.
   TORCH_ARG(int64_t, repeat_window) = 50;
   /// Keep an in-memory snapshot of a good step every N steps (host memory: weights + optimizer).
@@ -112,6 +115,7 @@ class RecoveryPolicy : public Policy {
   RecoveryOptions options_;
   const Trainer* trainer_ = nullptr;
   MixedPrecisionPolicy* precision_policy_ = nullptr;
+  GradientClippingPolicy* clipping_policy_ = nullptr;  // its norm, when it clips by norm
   std::unique_ptr<Snapshots> snapshots_;
 
   // This step's loss, summed over its micro-steps on the device.
