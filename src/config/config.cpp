@@ -296,17 +296,18 @@ std::string Config::to_toml() const {
   return out.str();
 }
 
-void Config::write_resolved(const std::filesystem::path& path) const {
+void write_text_file_atomically(const std::filesystem::path& path, const std::string& text) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  // Written beside and renamed, so a reader never sees half a file.
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp);
-    out << to_toml();
-    if (!out) throw Error("cannot write resolved config to '" + tmp.string() + "'");
+    out << text;
+    if (!out) throw Error("cannot write '" + tmp.string() + "'");
   }
   std::filesystem::rename(tmp, path);
 }
+
+void Config::write_resolved(const std::filesystem::path& path) const { write_text_file_atomically(path, to_toml()); }
 
 std::map<std::string, std::string> flatten_toml(const std::string& text) {
   std::map<std::string, std::string> out;

@@ -266,16 +266,6 @@ std::map<std::string, std::string> values_to_agree_on(const Trainer& trainer, co
   return values;
 }
 
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out) throw Error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, path);
-}
-
 }  // namespace
 
 void add_policies(Trainer& trainer, StandardOptions& options, const std::string& resolved_config, const ProbeBatch& probe) {
@@ -294,7 +284,7 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
     if (world.rank == 0 && !options.trainer.run_dir().empty()) {
       const fs::path run_dir(options.trainer.run_dir());
       lock_run_directory(run_dir);
-      if (!resolved_config.empty()) write_text_atomically(run_dir / "config.toml", resolved_config);
+      if (!resolved_config.empty()) write_text_file_atomically(run_dir / "config.toml", resolved_config);
     }
     trainer.add_policy(std::make_shared<DataParallelPolicy>(communicator, options.data_parallel));
   } else if (options.data_parallel.shard() != ShardMode::off) {

@@ -84,10 +84,13 @@ void check_ranks_agree(Communicator& communicator, const std::map<std::string, s
     for (size_t i = 0; i < order.size(); ++i) {
       how += (i == 0 ? "" : i + 1 == order.size() ? " and " : ", ") + order[i] + " on " + ranks_text(ranks_of[order[i]]);
     }
+    // The keys allowed to differ, from the same list the comparison skips (and the program's own).
+    std::string allowed;
+    for (const auto& k : per_rank_options()) allowed += (allowed.empty() ? "" : ", ") + k;
+    for (const auto& k : per_rank) allowed += ", " + k;
     throw ConfigError(c10::str("the ranks were started with different settings: '", key, "' is ", how,
                                ". Every rank must resolve the same configuration (file, FRUGAL_* environment, command line) and "
-                               "read the same data; only these may differ: trainer.device, data.num_workers, data.prefetch_batches, "
-                               "trainer.cpu_memory_cache, the progress, profiler.dir and logging options. Nothing was trained or written."));
+                               "read the same data; only these may differ: ", allowed, ". Nothing was trained or written."));
   }
   throw ConfigError("the ranks' configurations differ, but no single key explains it (the digest differs): refusing to start");
 }

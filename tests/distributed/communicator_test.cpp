@@ -81,6 +81,16 @@ TEST_CASE("ranks agree on settings and data identity, per-rank options aside, or
   auto other_data = peer_with("data identity: training examples", "96");
   CHECK_THROWS_WITH(check_ranks_agree(other_data, mine),
                     Catch::Contains("'data identity: training examples' is 64 on rank 0 and 96 on rank 1"));
+  // The error lists exactly the keys the comparison skips.
+  auto other_data_again = peer_with("data identity: training examples", "96");
+  std::string message;
+  try {
+    check_ranks_agree(other_data_again, mine, {"model.cache_dir"});
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  for (const auto& key : per_rank_options()) CHECK_THAT(message, Catch::Contains(key));
+  CHECK_THAT(message, Catch::Contains("model.cache_dir"));
   auto missing = mine;
   missing.erase("trainer.max_epochs");
   PeerCommunicator lacking(missing);

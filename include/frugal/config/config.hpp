@@ -100,6 +100,10 @@ struct CommandLine {
 /// values in that order and validates. Throws ConfigError on any bad input.
 CommandLine load_config(int argc, const char* const* argv, Config& config, const std::string& description,
                         const std::vector<std::string>& environment);
+/// Writes `text` to `path` (parent folders made) beside and renamed, so a reader never sees half
+/// a file; Error naming the file when it cannot be written.
+void write_text_file_atomically(const std::filesystem::path& path, const std::string& text);
+
 /// The process environment as "NAME=value" strings.
 std::vector<std::string> process_environment();
 
