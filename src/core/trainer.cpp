@@ -299,7 +299,15 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
     }
   }
   if (oom_net_->skipping()) oom_net_->stand_in(ctx, policies_, device_, transformed);
-  if (options_.stop_on_nonfinite_loss()) nonfinite_->add_micro_step(ctx.loss());
+  // The step's loss, summed once for everyone (the policies, the non-finite watch, the log
+  // window): one fp32 scalar per optimizer step (the loss may be bf16 under autocast).
+  if (step_loss_sum_.defined()) {
+    step_loss_sum_.add_(ctx.loss());
+  } else {
+    step_loss_sum_ = ctx.loss().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  }
+  ++step_micro_steps_;
+  ctx.set_step_loss(step_loss_sum_, step_micro_steps_);
 
   if (ctx.boundary()) {
     // 5. Gradient reduction across replicas (timed: the communication share of the step).
@@ -324,7 +332,7 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
       optimizer_->step();
     }
     apply_lr_schedule();  // also after a skipped step: a policy may have changed its factor
-    nonfinite_->end_step(state_.step, ctx.step_cancelled());
+    if (options_.stop_on_nonfinite_loss()) nonfinite_->end_step(state_.step, ctx.step_cancelled(), step_loss_sum_);
     for (auto& p : policies_) p->on_after_optimizer_step(ctx);
     optimizer_->zero_grad(/*set_to_none=*/true);
   }
@@ -332,20 +340,13 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch) {
   // 10. Bookkeeping: counters, the loss window, logging, validation, stopping.
   ++state_.micro_step;
   state_.samples_seen += batch.size();
-  // Summed in place, in fp32 (the loss may be bf16 under autocast): no allocation per step.
-  if (step_loss_sum_.defined()) {
-    step_loss_sum_.add_(ctx.loss());
-  } else {
-    step_loss_sum_ = ctx.loss().to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  }
-  ++step_micro_steps_;
   window_samples_ += batch.size();
   if (ctx.boundary()) {
     if (!ctx.loss_discarded()) {  // the step's losses join the log window
       if (window_loss_sum_.defined()) {
         window_loss_sum_.add_(step_loss_sum_);
-      } else {
-        window_loss_sum_ = step_loss_sum_;
+      } else {  // a copy: the non-finite watch keeps the step's own until it reads it
+        window_loss_sum_ = step_loss_sum_.clone();
       }
       window_micro_steps_ += step_micro_steps_;
     }
@@ -411,7 +412,6 @@ void Trainer::halve_after_oom() {
   const int64_t old_size = train_loader_.options().batch_size();
   if (old_size < 2) throw TrainingError("out of memory with a micro-batch of 1 example: nothing is left to halve");
   const detail::WindowStart start = oom_net_->rewind();
-  nonfinite_->end_step(state_.step + 1, /*cancelled=*/true);  // the dropped window's losses do not count
   optimizer_->zero_grad(/*set_to_none=*/true);
   model_.module().zero_grad(/*set_to_none=*/true);  // a sharded optimizer's pieces are not the parameters
   if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();

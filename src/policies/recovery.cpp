@@ -81,12 +81,8 @@ void RecoveryPolicy::on_fit_end(const Trainer& trainer) {
   for (const auto& d : decisions_) report += "\n  " + d;
   // Added after the checkpoint policy (add_policies): its final checkpoint, of the rolled-back
   // good weights, is on disk by now.
-  std::string last = "no checkpoint (checkpoint.enabled is off)";
-  for (const auto& p : trainer.policies()) {
-    if (auto where = p->last_checkpoint()) last = "the last good checkpoint is " + *where;
-  }
   throw TrainingError(c10::str("recovery: gave up at step ", trainer.state().step, " after ", anomalies_, " anomalies and ",
-                               rollbacks_, " rollbacks; ", last, ". Decisions:", report));
+                               rollbacks_, " rollbacks; ", trainer.last_checkpoint_text(), ". Decisions:", report));
 }
 
 void RecoveryPolicy::on_step_begin(StepContext&) {
@@ -95,13 +91,6 @@ void RecoveryPolicy::on_step_begin(StepContext&) {
       precision_policy_->precision() != static_cast<Precision>(precision_override_)) {
     precision_policy_->switch_to(static_cast<Precision>(precision_override_), "recovery: kept after a rollback");
   }
-}
-
-void RecoveryPolicy::on_after_backward(StepContext& ctx) {
-  // Summed on the device, out of place (the first is the loss itself, not a copy): read once per
-  // optimizer step, in before_optimizer_step.
-  step_loss_ = step_loss_.defined() ? step_loss_ + ctx.loss() : ctx.loss();
-  ++step_micro_steps_;
 }
 
 std::string RecoveryPolicy::judge(double loss, double norm) const {
@@ -120,7 +109,9 @@ std::string RecoveryPolicy::judge(double loss, double norm) const {
 }
 
 void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
-  if (!step_loss_.defined()) return;  // no forward pass ran in this step (out-of-memory stand-in)
+  const torch::Tensor& step_loss = ctx.step_loss_sum();
+  if (!step_loss.defined()) return;
+  const auto micro_steps = static_cast<double>(ctx.step_micro_steps());
   ++seen_steps_;
   // The gradient norm: free when clipping by norm computed it; one pass over the gradients when
   // check_gradients or max_grad_norm asks for it.
@@ -133,7 +124,7 @@ void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
         if (param.grad().defined()) grads.push_back(param.grad().detach());
       }
       // One fused pass over the gradients (no squared copies), then the norm of the norms.
-      const torch::Tensor squares = grads.empty() ? torch::zeros({}, step_loss_.options())
+      const torch::Tensor squares = grads.empty() ? torch::zeros({}, step_loss.options())
                                                   : torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat).pow(2).sum();
       norm = ctx.reduce_over_shards(squares).sqrt();  // the whole model's, with sharded gradients
     }
@@ -143,10 +134,10 @@ void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
   double loss = 0.0, grad_norm = 0.0;
   Communicator& ranks = trainer_->communicator();
   if (ranks.world_size() == 1 && !norm.defined()) {
-    loss = step_loss_.item<double>() / static_cast<double>(step_micro_steps_);  // the one wait of the step
+    loss = step_loss.item<double>() / micro_steps;  // the one wait of the step
   } else {
-    torch::Tensor figures = torch::stack({step_loss_.to(torch::kFloat) / static_cast<double>(step_micro_steps_),
-                                          norm.defined() ? norm.to(step_loss_.device()).to(torch::kFloat).reshape({}) : torch::zeros({}, step_loss_.options())});
+    torch::Tensor figures = torch::stack({step_loss / micro_steps,
+                                          norm.defined() ? norm.to(step_loss.device()).to(torch::kFloat).reshape({}) : torch::zeros({}, step_loss.options())});
     if (ranks.world_size() > 1) {
       std::vector<torch::Tensor> values{figures};
       ranks.all_reduce(values, ReduceOp::sum);
@@ -169,12 +160,6 @@ void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
   if (!std::isfinite(loss)) ctx.discard_loss();
   const std::string did = climb(ctx, why);
   remember(c10::str("step ", ctx.state().step + 1, ": ", why, ": rung ", rung_, " (", did, ")"), loss, grad_norm);
-}
-
-void RecoveryPolicy::on_after_optimizer_step(StepContext&) {
-  // A step cancelled before the ladder judged it (an fp16 overflow) leaves its losses behind.
-  step_loss_ = torch::Tensor();
-  step_micro_steps_ = 0;
 }
 
 std::string RecoveryPolicy::climb(StepContext& ctx, const std::string& why) {

@@ -47,6 +47,16 @@ class StepContext {
   const torch::Tensor& loss() const { return loss_; }
   void set_loss(torch::Tensor loss) { loss_ = std::move(loss); }
 
+  /// This optimizer step's loss so far: the sum in fp32 over its micro-steps up to this one
+  /// (defined from the forward pass on), and how many it sums. One tensor per optimizer step,
+  /// shared by the Trainer's log window and the policies: read it, never change it in place.
+  const torch::Tensor& step_loss_sum() const { return step_loss_sum_; }
+  int64_t step_micro_steps() const { return step_micro_steps_; }
+  void set_step_loss(torch::Tensor sum, int64_t micro_steps) {
+    step_loss_sum_ = std::move(sum);
+    step_micro_steps_ = micro_steps;
+  }
+
   /// Cancels this boundary's optimizer step (e.g. inf/nan gradients). The first reason wins.
   void cancel_step(std::string reason) {
     if (!cancel_reason_) cancel_reason_ = std::move(reason);
@@ -92,6 +102,8 @@ class StepContext {
   bool last_in_epoch_;
   bool boundary_ = true;
   torch::Tensor loss_;
+  torch::Tensor step_loss_sum_;
+  int64_t step_micro_steps_ = 0;
   std::optional<std::string> cancel_reason_;
   bool discard_loss_ = false;
   std::optional<Rollback> rollback_;

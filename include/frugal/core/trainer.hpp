@@ -109,6 +109,9 @@ class Trainer {
   /// where the run stops ("the checkpoint of step 40, not written").
   void check_finite(const std::string& at, bool weights) const;
 
+  /// "the last good checkpoint is <dir>" or that there is none, for errors that end a run.
+  std::string last_checkpoint_text() const;
+
   /// The replicas this process trains with (a single-process no-op unless a policy brought one).
   Communicator& communicator() const { return *communicator_; }
   int64_t rank() const;
@@ -121,8 +124,6 @@ class Trainer {
   void train_micro_step(const Batch& batch, bool last_in_epoch);
   /// "epoch E, batch B of N (dataset examples ...), targets lo..hi": where an error happened.
   std::string describe_batch(const Batch& batch) const;
-  /// "the last good checkpoint is <dir>" or that there is none, for errors that end a run.
-  std::string last_checkpoint_text() const;
   /// Steps 2-4 of the sequence: forward and loss under the policies' scopes, the loss
   /// transforms (`transformed` once they all ran), backward.
   void forward_backward(StepContext& ctx, const Batch& batch, bool& transformed);

@@ -84,9 +84,7 @@ class RecoveryPolicy : public Policy {
   void on_fit_begin(const Trainer& trainer) override;
   void on_fit_end(const Trainer& trainer) override;
   void on_step_begin(StepContext& ctx) override;
-  void on_after_backward(StepContext& ctx) override;
   void before_optimizer_step(StepContext& ctx) override;
-  void on_after_optimizer_step(StepContext& ctx) override;
   void on_step_end(StepContext& ctx) override;
   std::optional<std::string> should_stop(const TrainerState& state) override;
   double lr_factor(const TrainerState& state) const override;
@@ -117,10 +115,6 @@ class RecoveryPolicy : public Policy {
   MixedPrecisionPolicy* precision_policy_ = nullptr;
   GradientClippingPolicy* clipping_policy_ = nullptr;  // its norm, when it clips by norm
   std::unique_ptr<Snapshots> snapshots_;
-
-  // This step's loss, summed over its micro-steps on the device.
-  torch::Tensor step_loss_;
-  int64_t step_micro_steps_ = 0;
 
   // The ladder (saved in checkpoints). Step counts are the ladder's own, never rolled back.
   int64_t seen_steps_ = 0;

@@ -12,18 +12,9 @@ namespace {
 constexpr size_t kReadEvery = 1024;
 }  // namespace
 
-void NonFiniteWatch::add_micro_step(const torch::Tensor& loss) {
-  if (step_loss_.defined()) {
-    step_loss_.add_(loss);
-  } else {
-    step_loss_ = loss.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  }
-}
-
-void NonFiniteWatch::end_step(int64_t step, bool cancelled) {
-  if (!step_loss_.defined()) return;
-  if (!cancelled && !found_) pending_.emplace_back(step, std::move(step_loss_));
-  step_loss_ = torch::Tensor();
+void NonFiniteWatch::end_step(int64_t step, bool cancelled, torch::Tensor step_loss) {
+  if (!step_loss.defined() || cancelled || found_) return;
+  pending_.emplace_back(step, std::move(step_loss));
   if (pending_.size() >= kReadEvery) first();
 }
 

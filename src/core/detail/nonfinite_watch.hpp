@@ -3,7 +3,7 @@
 // each optimizer step's loss (summed over its micro-steps) stays on the device until the loop
 // waits anyway (a log line, a checkpoint, the end of the fit), and then all of them are read back
 // at once. Steps the fp16 loss scaler skipped do not count: their overflow is the scaler's to
-// handle. On the hot path this costs nothing beyond the copy of the first micro-step's loss.
+// handle. On the hot path this costs nothing: it keeps the step's loss the Trainer sums anyway.
 
 #include <torch/types.h>
 
@@ -21,15 +21,13 @@ class NonFiniteWatch {
     double loss = 0.0;  // the step's loss summed over its micro-steps: nan or ±inf
   };
 
-  /// Adds one micro-step's (detached) loss to the current optimizer step's.
-  void add_micro_step(const torch::Tensor& loss);
-  /// Ends optimizer step `step`: its loss is kept for the next read unless the step was cancelled.
-  void end_step(int64_t step, bool cancelled);
+  /// Ends optimizer step `step`: its loss (the fp32 sum over its micro-steps, not changed after
+  /// this) is kept for the next read unless the step was cancelled.
+  void end_step(int64_t step, bool cancelled, torch::Tensor step_loss);
   /// The first step seen with a non-finite loss, if any (waits for the device once).
   std::optional<Finding> first();
 
  private:
-  torch::Tensor step_loss_;                                 // fp32, the current step's
   std::vector<std::pair<int64_t, torch::Tensor>> pending_;  // (step, loss) not read yet
   std::optional<Finding> found_;
 };
