@@ -8,6 +8,8 @@
 # defined: the wheel's LibTorch was built with it, and some of its classes have members only
 # without it (RecordFunction::inputs_valid_), so code built without NDEBUG reads another layout
 # (UBSan: "load of value 101, which is not a valid value for type 'bool'" in record_function.h).
+# The one file that reads RecordFunction (op_trail.cpp) now gets NDEBUG in every build type; the
+# script keeps it for the whole build anyway, as the wheel was built.
 # LibTorch itself is not instrumented: the sanitizers see our code and what it hands LibTorch.
 # The routine before a release (about 25 min build + 8 min tests on 2 cores; docs/hardening.md).
 set -euo pipefail

@@ -1,9 +1,21 @@
+// LibTorch's RecordFunction has an extra member without NDEBUG, and the wheel was built with
+// NDEBUG: code compiled without it (a Debug build of Frugal) would read fn.inputs() at the wrong
+// offset. src/CMakeLists.txt compiles this file with NDEBUG and without the precompiled header.
+#ifndef NDEBUG
+#error "op_trail.cpp must be compiled with NDEBUG, as the LibTorch wheel was (RecordFunction's layout)"
+#endif
+
 #include "op_trail.hpp"
 
+#include <ATen/record_function.h>
 #include <c10/util/StringUtil.h>
+
+#include <type_traits>
 
 namespace frugal::detail {
 namespace {
+
+static_assert(std::is_same_v<at::CallbackHandle, uint64_t>, "OpTrail keeps the handle as uint64_t");
 
 struct ThreadTrail {
   std::vector<OpRecord> active;

@@ -2,9 +2,12 @@
 // Records, while alive, which ATen operators the current thread is inside, through a
 // thread-local RecordFunction callback. When an exception escapes a forward or backward, the
 // trail of the last operator entered says which op failed and on which tensors.
+// RecordFunction stays out of this header: its layout depends on NDEBUG (see op_trail.cpp), so
+// only that file, always compiled with NDEBUG, may see it.
 
-#include <ATen/record_function.h>
+#include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,7 +31,7 @@ class OpTrail {
   void clear();
 
  private:
-  at::CallbackHandle handle_;
+  uint64_t handle_;  // at::CallbackHandle
 };
 
 /// "[2, 10] Float" for a defined tensor.
