@@ -50,6 +50,24 @@ echo "== a re-run skips finished cells"
 grep -q "4 of 4 runs are done already" again.out || fail "the re-run did not reuse the cells: $(cat again.out)"
 "$python" -c "import json; d=json.load(open('grid/sweep.json')); assert d['runs_started']==0, d" || fail "cells ran again"
 
+echo "== a damaged result.json is not a result: that run starts again"
+damaged=$(ls -d grid/cells/02-*/r0)
+echo '{"status": 7, "figures": []}' > "$damaged/result.json"
+"$sweep" --grid data.batch_size=64,4096 --grid model.train_examples=2048,4096 --steps 6 --warmup 2 --price 2.5 --out grid -- "${program[@]}" > damaged.out 2>&1 \
+  || fail "the run over a damaged record failed: $(cat damaged.out)"
+grep -q "3 of 4 runs are done already" damaged.out || fail "the damaged record was reused: $(cat damaged.out)"
+"$python" -c "import json; d=json.load(open('$damaged/result.json')); assert d['status']=='ok', d" || fail "the damaged run was not run again"
+
+echo "== many axes: directory names stay short enough for the file system; a huge grid is refused"
+long_axes=(); for k in a b c d e f g h i j k l; do long_axes+=(--grid "extra_${k}_section_with_a_long_name.key_$k=value_$k"); done
+set +e; out=$("$sweep" "${long_axes[@]}" --steps 1 --warmup 0 --no-plots --out names -- true 2>&1); rc=$?; set -e
+dir=$(ls names/cells)
+[ "${#dir}" -le 128 ] || fail "a cell directory of ${#dir} characters: $dir"
+[ -f "names/cells/$dir/r0/result.json" ] || fail "the cell with a long name did not run: rc $rc $out"
+huge=(); for k in a b c d e f g h i j k l m n; do huge+=(--grid "s.$k=1,2"); done
+set +e; out=$("$sweep" "${huge[@]}" --out huge -- true 2>&1); rc=$?; set -e
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "the grid has more than 10000 cells" || fail "a 16384-cell grid: rc $rc $out"
+
 echo "== --repeat 2, objective by memory"
 "$sweep" --grid data.batch_size=64 --repeat 2 --steps 4 --warmup 1 --objective peak_memory_mb --no-plots --out repeat -- "${program[@]}" > repeat.out 2>&1 \
   || fail "repeat: $(cat repeat.out)"
@@ -109,4 +127,15 @@ echo "$list"
 [ "$(echo "$list" | grep -c ' done ')" -eq 2 ] || fail "the 2 quick jobs should stay done"
 "$python" -c "import json,glob; n=[json.load(open(f)).get('interrupted',0) for f in glob.glob('q/pending/*.json')]; assert sorted(n)==[0,0,1,1], n" \
   || fail "the interrupted jobs are not marked"
+
+echo "== a damaged job file is named, moved to failed/, and the queue goes on"
+rm -rf q2
+"$sweep" queue add q2 --name good -- bash -c "echo ran > good.txt" > /dev/null
+"$sweep" queue add q2 --name bad -- true > /dev/null
+bad=$(ls q2/pending | tail -1)
+echo '{"command": ["true", 5]}' > "q2/pending/$bad"
+"$sweep" queue list q2 | grep -q "is damaged (command: 5 is not a string)" || fail "list should name the damage: $("$sweep" queue list q2)"
+"$sweep" queue run q2 > run3.out 2>&1 || fail "queue run over a damaged job: $(cat run3.out)"
+grep -q "is damaged (command: 5 is not a string): moved to failed/" run3.out && [ -f "q2/failed/$bad" ] || fail "the damaged job: $(cat run3.out)"
+[ -f good.txt ] || fail "the good job did not run: $(cat run3.out)"
 echo "PASS"

@@ -1,6 +1,7 @@
 #include "cell_metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 #include <vector>
@@ -11,6 +12,14 @@ namespace {
 double number(const nlohmann::json& line, const char* key, double fallback = 0.0) {
   auto it = line.find(key);
   return it != line.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+// A step count from a JSON number (a double): 0 when it is not a count a run could reach.
+int64_t count(double value) { return std::isfinite(value) && value > 0 && value < 1e15 ? static_cast<int64_t>(value) : 0; }
+
+std::string string_field(const nlohmann::json& line, const char* key) {
+  auto it = line.find(key);
+  return it != line.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 std::string lower(std::string s) {
@@ -36,7 +45,7 @@ RunFigures read_run_figures(const std::filesystem::path& metrics, int64_t warmup
       if (in.peek() == EOF) break;
       throw std::runtime_error(metrics.string() + ":" + std::to_string(line_number) + ": not a JSON object");
     }
-    const std::string event = line.value("event", "");
+    const std::string event = string_field(line, "event");
     if (event == "train") train.push_back(std::move(line));
     if (event == "fit" && !fit) fit = std::move(line);
     if (event == "validation") validation = std::move(line);
@@ -83,13 +92,23 @@ RunFigures read_run_figures(const std::filesystem::path& metrics, int64_t warmup
   if (tokens_lines) f.tokens_per_s = f.samples_per_s * tokens_ratio / tokens_lines;
   if (mfu_lines) f.mfu = mfu / mfu_lines;
   f.loss = number(last, "loss", std::nan(""));
-  f.steps = static_cast<int64_t>(number(last, "step"));
+  f.steps = count(number(last, "step"));
   if (validation && validation->contains("loss")) f.validation_loss = number(*validation, "loss", std::nan(""));
   if (price_per_device_hour > 0 && fit && f.samples_per_s > 0) {
     const double devices = std::max(1.0, number(*fit, "world_size", 1.0));
     f.cost_per_epoch = price_per_device_hour * devices * number(*fit, "samples_per_epoch") / f.samples_per_s / 3600.0;
   }
   return f;
+}
+
+bool has_training_line_after(const std::filesystem::path& metrics, int64_t warmup_steps) {
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && string_field(j, "event") == "train" && number(j, "step") > static_cast<double>(warmup_steps)) return true;
+  }
+  return false;
 }
 
 Failure classify_failure(int exit_code, int signal, const std::filesystem::path& log) {
@@ -145,7 +164,7 @@ RunFigures figures_from_json(const nlohmann::json& j) {
   f.compute_fraction = get("compute_fraction").value_or(0.0);
   f.communication_fraction = get("communication_fraction").value_or(0.0);
   f.loss = get("loss").value_or(std::nan(""));
-  f.steps = static_cast<int64_t>(get("steps").value_or(0.0));
+  f.steps = count(get("steps").value_or(0.0));
   f.tokens_per_s = get("tokens_per_s");
   f.mfu = get("mfu");
   f.cost_per_epoch = get("cost_per_epoch");

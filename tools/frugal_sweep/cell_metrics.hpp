@@ -29,6 +29,10 @@ struct RunFigures {
 /// std::runtime_error naming the file when it holds no training line after warm-up.
 RunFigures read_run_figures(const std::filesystem::path& metrics, int64_t warmup_steps, double price_per_device_hour);
 
+/// Whether `metrics` already holds a training line past step `warmup_steps` (--seconds starts
+/// its clock there). Lines that are not what a Frugal program writes are passed over.
+bool has_training_line_after(const std::filesystem::path& metrics, int64_t warmup_steps);
+
 /// A short class of failure ("out_of_memory", "smoke_test", "non_finite", "bad_config",
 /// "signal", "error") and the program's own last words from its log.
 struct Failure {

@@ -2,12 +2,17 @@
 
 #include <toml++/toml.hpp>
 
+#include <cstdio>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
 namespace frugal::sweep {
 namespace {
+
+constexpr size_t kMaxCells = 10000;           // each cell is a run of its own: more is a typo
+constexpr size_t kMaxDirectoryName = 120;     // the caller adds "NN-" in front
 
 bool valid_key(const std::string& key) {
   const size_t dot = key.find('.');
@@ -47,7 +52,14 @@ std::string Cell::directory_name() const {
     }
     out += (out.empty() ? "" : "__") + part;
   }
-  return out.empty() ? "defaults" : out;
+  if (out.empty()) return "defaults";
+  // A file name has at most 255 bytes: a long one keeps its start and a hash of the whole.
+  if (out.size() > kMaxDirectoryName) {
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(out));
+    out = out.substr(0, kMaxDirectoryName - 18) + "~" + hash;
+  }
+  return out;
 }
 
 void Grid::add_axis(Axis axis, const std::string& source) {
@@ -105,6 +117,14 @@ void Grid::add_file(const std::filesystem::path& path) {
 }
 
 std::vector<Cell> Grid::cells() const {
+  size_t total = 1;
+  for (const auto& axis : axes_) {
+    total *= axis.values.size();
+    if (total > kMaxCells) {
+      throw std::invalid_argument("the grid has more than " + std::to_string(kMaxCells) + " cells (" + std::to_string(axes_.size()) +
+                                  " axes): narrow it, or split it into several sweeps");
+    }
+  }
   std::vector<Cell> out{Cell{}};
   for (const auto& axis : axes_) {
     std::vector<Cell> next;

@@ -22,7 +22,8 @@ struct Cell {
   std::vector<std::pair<std::string, std::string>> settings;
   /// "precision.mode=bf16 data.batch_size=16"
   std::string label() const;
-  /// A directory name made of the settings: "precision.mode-bf16__data.batch_size-16".
+  /// A directory name made of the settings: "precision.mode-bf16__data.batch_size-16"; past
+  /// 120 characters, its start and a hash of the whole.
   std::string directory_name() const;
 };
 
@@ -33,6 +34,7 @@ class Grid {
   /// The [grid] table of a TOML file; std::invalid_argument naming the file and key.
   void add_file(const std::filesystem::path& path);
   const std::vector<Axis>& axes() const { return axes_; }
+  /// Every combination; std::invalid_argument when there are more than 10,000.
   std::vector<Cell> cells() const;
 
  private:

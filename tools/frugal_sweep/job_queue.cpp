@@ -26,15 +26,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-nlohmann::json read_job(const fs::path& file) {
-  std::ifstream in(file);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("command") || !j["command"].is_array()) {
-    throw std::runtime_error("queue job file '" + file.string() + "' is damaged (not a job record); move it away to go on");
-  }
-  return j;
-}
-
 std::vector<std::string> ids_in(const fs::path& dir) {
   std::vector<std::string> ids;
   if (!fs::exists(dir)) return ids;
@@ -72,6 +63,37 @@ class RunnerLock {
 
 }  // namespace
 
+nlohmann::json read_job_record(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot read queue job file '" + file.string() + "'");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const auto damaged = [&](const std::string& why) {
+    return std::runtime_error("queue job file '" + file.string() + "' is damaged (" + why + ")");
+  };
+  if (j.is_discarded() || !j.is_object()) throw damaged("not a JSON object");
+  const auto command = j.find("command");
+  if (command == j.end() || !command->is_array() || command->empty()) throw damaged("no command");
+  for (const auto& arg : *command) {
+    if (!arg.is_string()) throw damaged("command: " + arg.dump() + " is not a string");
+  }
+  // Every other field the queue reads, with the type it reads it as.
+  for (const char* key : {"name", "cwd", "id", "slot", "log"}) {
+    if (j.contains(key) && !j[key].is_string()) throw damaged(std::string(key) + " is not a string");
+  }
+  for (const char* key : {"added", "started", "ended", "seconds"}) {
+    if (j.contains(key) && !j[key].is_number()) throw damaged(std::string(key) + " is not a number");
+  }
+  for (const char* key : {"exit_code", "signal", "interrupted"}) {  // read as int
+    if (!j.contains(key)) continue;
+    const nlohmann::json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < -(1 << 30) || v.get<int64_t>() > (1 << 30) ||
+        (v.is_number_unsigned() && v.get<uint64_t>() > (1u << 30))) {
+      throw damaged(std::string(key) + " is not a small integer");
+    }
+  }
+  return j;
+}
+
 JobQueue::JobQueue(fs::path dir) : dir_(std::move(dir)) {
   for (const char* s : kStates) fs::create_directories(dir_ / s);
   fs::create_directories(dir_ / "logs");
@@ -105,7 +127,13 @@ std::string JobQueue::add(const std::vector<std::string>& command, const std::st
 std::vector<JobQueue::Job> JobQueue::list() const {
   std::vector<Job> jobs;
   for (const char* s : kStates) {
-    for (const auto& id : ids_in(dir_ / s)) jobs.push_back({id, s, read_job(dir_ / s / (id + ".json"))});
+    for (const auto& id : ids_in(dir_ / s)) {
+      try {
+        jobs.push_back({id, s, read_job_record(dir_ / s / (id + ".json")), ""});
+      } catch (const std::runtime_error& e) {
+        jobs.push_back({id, s, nlohmann::json::object(), e.what()});
+      }
+    }
   }
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.id < b.id; });
   return jobs;
@@ -129,7 +157,14 @@ int JobQueue::run(std::vector<Slot> slots, bool wait) {
           std::error_code ec;
           fs::rename(from, to, ec);
           if (ec) continue;  // removed meanwhile
-          const nlohmann::json job = read_job(to);
+          nlohmann::json job;
+          try {
+            job = read_job_record(to);
+          } catch (const std::runtime_error& e) {  // one bad file must not stop the queue
+            fs::rename(to, dir_ / "failed" / (id + ".json"), ec);
+            std::cout << "frugal-sweep queue: " << e.what() << ": moved to failed/" << std::endl;
+            continue;
+          }
           Command c;
           c.id = id;
           c.argv = job["command"].get<std::vector<std::string>>();
@@ -143,7 +178,7 @@ int JobQueue::run(std::vector<Slot> slots, bool wait) {
       },
       [&](const Command& c, const Outcome& outcome) {
         const fs::path running = dir_ / "running" / (c.id + ".json");
-        nlohmann::json job = read_job(running);
+        nlohmann::json job = read_job_record(running);
         if (outcome.interrupted) {  // it checkpointed on SIGTERM: it goes on when the queue runs again
           job["interrupted"] = job.value("interrupted", 0) + 1;
           write_file_atomically(running, job.dump(2) + "\n");
@@ -179,6 +214,10 @@ std::string format_jobs(const std::vector<JobQueue::Job>& jobs) {
   out << std::left << std::setw(8) << "id" << std::setw(9) << "state" << std::setw(18) << "name" << std::setw(10) << "result"
       << std::setw(10) << "seconds" << "command\n";
   for (const auto& j : jobs) {
+    if (!j.damaged.empty()) {
+      out << std::left << std::setw(8) << j.id << std::setw(9) << j.state << j.damaged << "\n";
+      continue;
+    }
     std::string command;
     for (const auto& a : j.record["command"]) {
       if (!command.empty()) command += ' ';

@@ -25,6 +25,7 @@ class JobQueue {
   struct Job {
     std::string id, state;  // pending, running, done, failed
     nlohmann::json record;
+    std::string damaged;  // why its file could not be read ("" when it could)
   };
   /// Every job, by id.
   std::vector<Job> list() const;
@@ -35,6 +36,10 @@ class JobQueue {
  private:
   std::filesystem::path dir_;
 };
+
+/// A job file as the queue wrote it; std::runtime_error naming the file and the field when it is
+/// damaged (a hand edit, a full disk).
+nlohmann::json read_job_record(const std::filesystem::path& file);
 
 std::string format_jobs(const std::vector<JobQueue::Job>& jobs);
 

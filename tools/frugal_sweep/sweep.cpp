@@ -17,6 +17,7 @@
 #include "cell_metrics.hpp"
 #include "plots.hpp"
 #include "process_pool.hpp"
+#include "run_record.hpp"
 
 namespace frugal::sweep {
 namespace fs = std::filesystem;
@@ -73,28 +74,12 @@ RunFigures median_figures(const std::vector<RunFigures>& runs) {
   return m;
 }
 
-std::optional<nlohmann::json> read_result(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;  // a damaged record: run again
-  return j;
-}
-
 // Ends a run `seconds` after its first training line past the warm-up (--seconds).
 std::function<bool()> deadline_after_warmup(const fs::path& metrics, int64_t warmup, double seconds) {
   auto since = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
   return [=]() {
     if (!*since) {
-      std::ifstream in(metrics);
-      std::string line;
-      while (std::getline(in, line)) {
-        const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_object() && j.value("event", "") == "train" && j.value("step", 0.0) > static_cast<double>(warmup)) {
-          *since = std::chrono::steady_clock::now();
-          break;
-        }
-      }
+      if (has_training_line_after(metrics, warmup)) *since = std::chrono::steady_clock::now();
       return false;
     }
     return std::chrono::steady_clock::now() - **since >= std::chrono::duration<double>(seconds);
@@ -146,7 +131,7 @@ int run_sweep(const Grid& grid, const SweepOptions& o) {
       run.dir = out / "cells" / (number + cells[i].directory_name()) / ("r" + std::to_string(r));
       run.command = o.program;
       for (auto& f : cell_flags(cells[i], o, run.dir / "run")) run.command.push_back(std::move(f));
-      if (auto done = read_result(run.dir / "result.json")) {
+      if (auto done = read_run_record(run.dir / "result.json")) {
         const bool same = (*done)["command"] == nlohmann::json(run.command);
         const bool retry = o.retry_failed && done->value("status", "") != "ok";
         if (same && !retry) {
