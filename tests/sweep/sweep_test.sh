@@ -50,6 +50,29 @@ echo "== a re-run skips finished cells"
 grep -q "4 of 4 runs are done already" again.out || fail "the re-run did not reuse the cells: $(cat again.out)"
 "$python" -c "import json; d=json.load(open('grid/sweep.json')); assert d['runs_started']==0, d" || fail "cells ran again"
 
+echo "== the grid from a TOML file: --grid-file, or the file given to --grid"
+cat > grid.toml <<'TOML'
+[grid]
+"data.batch_size" = [64, 128]
+"model.lr" = 0.01
+TOML
+"$sweep" --grid-file grid.toml --steps 3 --warmup 1 --no-plots --out fromfile -- "${program[@]}" > fromfile.out 2>&1 \
+  || fail "--grid-file: $(cat fromfile.out)"
+"$python" - fromfile/results.csv <<'PY' || fail "--grid-file rows: $(cat fromfile/results.csv)"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2 and all(r["status"] == "ok" and r["model.lr"] == "0.01" for r in rows), rows
+assert sorted(r["data.batch_size"] for r in rows) == ["128", "64"], rows
+PY
+grep -q -- "--model.lr=0.01" fromfile/cells/01-*/r0/result.json || fail "the file's setting did not reach the program"
+"$sweep" --grid grid.toml --steps 3 --warmup 1 --no-plots --out fromfile -- "${program[@]}" > fromfile2.out 2>&1 \
+  || fail "--grid FILE: $(cat fromfile2.out)"
+grep -q "2 of 2 runs are done already" fromfile2.out || fail "--grid FILE should be the same grid: $(cat fromfile2.out)"
+printf '[grid]\n"data.batch_size" = [64, {a = 1}]\n' > bad_grid.toml
+set +e; out=$("$sweep" --grid-file bad_grid.toml --out bad -- "$minimal" 2>&1); rc=$?; set -e
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "bad_grid.toml: grid.data.batch_size: values must be strings, numbers or booleans" \
+  || fail "a bad grid file: rc $rc $out"
+
 echo "== a damaged result.json is not a result: that run starts again"
 damaged=$(ls -d grid/cells/02-*/r0)
 echo '{"status": 7, "figures": []}' > "$damaged/result.json"

@@ -8,6 +8,7 @@
 //   frugal-sweep queue list runs/queue
 //   frugal-sweep queue run runs/queue --devices 0,1
 
+#include <filesystem>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -30,7 +31,7 @@ int main_sweep(int argc, char** argv, const std::vector<std::string>& program) {
   SweepOptions o;
   std::vector<std::string> grid_flags;
   std::string grid_file;
-  app.add_option("--grid", grid_flags, "An axis: KEY=V1,V2,... (repeat for more axes)");
+  app.add_option("--grid", grid_flags, "An axis: KEY=V1,V2,... (repeat for more axes), or a TOML file as --grid-file");
   app.add_option("--grid-file", grid_file, "Axes from the [grid] table of a TOML file")->check(CLI::ExistingFile);
   app.add_option("--out", o.out, "Sweep directory (results.csv, results.json, plots; a re-run resumes)")->required();
   app.add_option("--steps", o.steps, "Timed optimizer steps per cell, after warm-up")->capture_default_str();
@@ -55,7 +56,14 @@ int main_sweep(int argc, char** argv, const std::vector<std::string>& program) {
   o.program = program;
   Grid grid;
   if (!grid_file.empty()) grid.add_file(grid_file);
-  for (const auto& f : grid_flags) grid.add_flag(f);
+  for (const auto& f : grid_flags) {
+    // A TOML file given to --grid (no '=', an existing file) is read as --grid-file would.
+    if (f.find('=') == std::string::npos && std::filesystem::is_regular_file(f)) {
+      grid.add_file(f);
+    } else {
+      grid.add_flag(f);
+    }
+  }
   return frugal::sweep::run_sweep(grid, o);
 }
 
