@@ -30,6 +30,7 @@
 #include "bench_result.hpp"
 #include "bert_workload.hpp"
 #include "interleaved.hpp"
+#include "support/source_dir.hpp"
 #include "frugal/frugal.hpp"
 #include "python_baseline.hpp"
 
@@ -83,7 +84,7 @@ int train_step(const std::string& results, const std::string& python, int64_t hi
   const std::vector<int64_t> lengths = padding > 0 ? spread_lengths(batch, seq, padding) : std::vector<int64_t>(batch, seq);
   std::string length_list;
   for (const int64_t length : lengths) length_list += c10::str(length_list.empty() ? "" : ",", length);
-  const std::string command = c10::str(python, " ", FRUGAL_SOURCE_DIR, "/bench/bert_train_step.py ", hidden, " ", layers, " ", heads,
+  const std::string command = c10::str(python, " ", frugal::testing::source_dir(), "/bench/bert_train_step.py ", hidden, " ", layers, " ", heads,
                                        " ", seq, " ", batch, " ", steps, " ", threads, " ", length_list);
   auto warm = [&](bool cpu_memory_cache = true) {  // steps warm steps: a (1 + steps)-step fit less a 1-step fit
     return fit_seconds(config, seq, lengths, steps + 1, "cpu", frugal::Precision::fp32, true, cpu_memory_cache) -

@@ -35,6 +35,7 @@
 #include "bench_result.hpp"
 #include "bert_workload.hpp"
 #include "frugal/frugal.hpp"
+#include "support/source_dir.hpp"
 #include "interleaved.hpp"
 #include "tooling/detail/cpu_memory_meter.hpp"
 
@@ -163,7 +164,7 @@ int activation(const std::string& results, const std::string& python, const std:
   const double ours_full = frugal_rss("full"), ours_off = frugal_rss("off");
   frugal::bench::append(results, {"memory.activation_checkpointing_peak_rss", ours_full / mb, "MB", ours_off / mb, command});
   auto hf = [&](int checkpointing) {
-    return run_json(c10::str(python, " ", FRUGAL_SOURCE_DIR, "/bench/bert_checkpointing.py ", s.args(), " 2 1 ", checkpointing));
+    return run_json(c10::str(python, " ", frugal::testing::source_dir(), "/bench/bert_checkpointing.py ", s.args(), " 2 1 ", checkpointing));
   };
   const nlohmann::json hf_full = hf(1), hf_off = hf(0);
   frugal::bench::append(results, {"memory.activation_checkpointing_peak_rss.transformers", hf_full["activation_bytes"].get<double>() / mb, "MB",

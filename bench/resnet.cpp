@@ -22,6 +22,7 @@
 #include "bench_result.hpp"
 #include "frugal/frugal.hpp"
 #include "interleaved.hpp"
+#include "support/source_dir.hpp"
 #include "python_baseline.hpp"
 #include "synthetic_photo.hpp"
 
@@ -117,7 +118,7 @@ double frugal_warm_seconds(const std::string& variant, int64_t side, int64_t bat
 int train_step(const std::string& results, const std::string& python, const std::string& variant, int64_t side, int64_t batch,
                int64_t steps) {
   const int threads = static_cast<int>(torch::get_num_threads());
-  const std::string script = std::string(FRUGAL_SOURCE_DIR) + "/bench/resnet_train_step.py";
+  const std::string script = std::string(frugal::testing::source_dir()) + "/bench/resnet_train_step.py";
   const std::string command = c10::str(python, " ", script, " ", variant, " 64 ", side, " ", batch, " ", steps, " ", threads);
   const auto [ours, theirs] = frugal::bench::alternate(
       5, [&] { return frugal_warm_seconds(variant, side, batch, steps); }, [&] { return frugal::bench::python_seconds(command); },

@@ -5,6 +5,7 @@
 
 #include "support/fixtures.hpp"
 #include "support/python_reference.hpp"
+#include "support/source_dir.hpp"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -190,7 +191,7 @@ TEST_CASE("JPEG decoding matches Pillow, DCT scaling decodes small, a truncated 
 
 TEST_CASE("CMYK JPEGs (Adobe's inverted CMYK, as some of ImageNet's) decode to the RGB Pillow gives", "[data][python]") {
   const auto dir = scratch_dir("jpeg_cmyk");
-  const fs::path source = fs::path(FRUGAL_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / "jpeg" / "cmyk.jpg";  // written by Pillow
+  const fs::path source = fs::path(frugal::testing::source_dir()) / "tests" / "fuzz" / "corpus" / "jpeg" / "cmyk.jpg";  // written by Pillow
   run_python_reference("webdataset_tar.py", "jpeg " + source.string() + " " + (dir / "pillow.npy").string());
   std::ifstream in(dir / "pillow.npy", std::ios::binary);
   const torch::Tensor pillow = decode_npy(std::string(std::istreambuf_iterator<char>(in), {}), "pillow.npy");

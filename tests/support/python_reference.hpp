@@ -9,10 +9,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "support/source_dir.hpp"
+
 namespace frugal::testing {
 
 inline nlohmann::json run_python_reference(const std::string& script, const std::string& args = "") {
-  const std::string command = std::string(FRUGAL_TEST_PYTHON) + " " + FRUGAL_SOURCE_DIR + "/tests/reference/" +
+  const std::string command = std::string(FRUGAL_TEST_PYTHON) + " " + frugal::testing::source_dir() + "/tests/reference/" +
                               script + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("cannot run: " + command);

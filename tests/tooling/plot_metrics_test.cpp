@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "support/fixtures.hpp"
+#include "support/source_dir.hpp"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -17,7 +18,7 @@ TEST_CASE("plot_metrics.py draws loss, learning rate, throughput, step split and
   trainer.set_validation_data(blobs(32, 9));
   trainer.add_policy(std::make_shared<CostPolicy>(CostOptions().price_per_device_hour(3)));
   trainer.fit();
-  const std::string command = std::string(FRUGAL_TEST_PYTHON) + " " + FRUGAL_SOURCE_DIR + "/scripts/plot_metrics.py " +
+  const std::string command = std::string(FRUGAL_TEST_PYTHON) + " " + frugal::testing::source_dir() + "/scripts/plot_metrics.py " +
                               dir.string() + " > " + (dir / "plot.out").string() + " 2>&1";
   REQUIRE(std::system(command.c_str()) == 0);
   for (const char* name : {"loss", "learning_rate", "throughput", "step_split", "cost"}) {
@@ -29,7 +30,7 @@ TEST_CASE("plot_metrics.py draws loss, learning rate, throughput, step split and
   CHECK_FALSE(std::filesystem::exists(dir / "plots" / "mfu.png"));  // no FLOPs estimate, no MFU plot
   // A run directory without metrics is an error naming the file.
   const auto empty = scratch_dir("plot_empty");
-  const std::string bad = std::string(FRUGAL_TEST_PYTHON) + " " + FRUGAL_SOURCE_DIR + "/scripts/plot_metrics.py " +
+  const std::string bad = std::string(FRUGAL_TEST_PYTHON) + " " + frugal::testing::source_dir() + "/scripts/plot_metrics.py " +
                           empty.string() + " > " + (empty / "out.txt").string() + " 2>&1";
   CHECK(std::system(bad.c_str()) != 0);
   CHECK_THAT(bytes_of(empty / "out.txt"), Catch::Contains("metrics.jsonl does not exist"));
