@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "record_fields.hpp"
 #include "report.hpp"
 
 namespace frugal::sweep {
@@ -77,12 +78,7 @@ nlohmann::json read_job_record(const fs::path& file) {
     if (!arg.is_string()) throw damaged("command: " + arg.dump() + " is not a string");
   }
   // Every other field the queue reads, with the type it reads it as.
-  for (const char* key : {"name", "cwd", "id", "slot", "log"}) {
-    if (j.contains(key) && !j[key].is_string()) throw damaged(std::string(key) + " is not a string");
-  }
-  for (const char* key : {"added", "started", "ended", "seconds"}) {
-    if (j.contains(key) && !j[key].is_number()) throw damaged(std::string(key) + " is not a number");
-  }
+  if (auto why = mistyped_field(j, {"name", "cwd", "id", "slot", "log"}, {"added", "started", "ended", "seconds"})) throw damaged(*why);
   for (const char* key : {"exit_code", "signal", "interrupted"}) {  // read as int
     if (!j.contains(key)) continue;
     const nlohmann::json& v = j[key];

@@ -8,9 +8,9 @@
 //   frugal-sweep queue list runs/queue
 //   frugal-sweep queue run runs/queue --devices 0,1
 
-#include <filesystem>
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
