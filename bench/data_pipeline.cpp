@@ -3,7 +3,8 @@
 //   shards, against a raw sequential read() of the same files (goal >= 0.9);
 // - loader samples/s with 0, 1, 2, 4 worker threads decoding JPEGs, against 0 workers;
 // - data-wait fraction of a cheap training step with and without workers;
-// - dedup items/s (exact + MinHash text, exact + dHash images).
+// - dedup items/s (exact + MinHash text, exact + dHash images);
+// - loader workers against a busy training thread, before and after the thread caps (loader_threads.cpp).
 // Shard reads are measured from the page cache (the reader's CPU cost) and from the disk (files
 // evicted before each round); the loader and dedup figures read from the page cache.
 //
@@ -20,6 +21,7 @@
 #include "bench_result.hpp"
 #include "frugal/frugal.hpp"
 #include "interleaved.hpp"
+#include "loader_threads.hpp"
 #include "synthetic_photo.hpp"
 
 namespace fs = std::filesystem;
@@ -212,17 +214,22 @@ void dedup_throughput(const std::string& out, const fs::path& dir) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s results.jsonl work_dir\n", argv[0]);
+    std::fprintf(stderr, "usage: %s results.jsonl work_dir [loader-threads]\n", argv[0]);
     return 2;
   }
+  const bool only_loader_threads = argc > 3 && std::string(argv[3]) == "loader-threads";
   torch::set_num_threads(1);
   const fs::path dir = argv[2];
   fs::remove_all(dir);
   fs::create_directories(dir);
   frugal::log::set_level(frugal::log::Level::warn);
-  shard_throughput(argv[1], dir);
-  loader_threads(argv[1], dir);
-  dedup_throughput(argv[1], dir);
+  if (!only_loader_threads) {
+    shard_throughput(argv[1], dir);
+    loader_threads(argv[1], dir);
+  }
+  frugal::bench::loader_threads_scaling(argv[1], dir, kCommand);
+  frugal::bench::collate_reuse(argv[1], kCommand);
+  if (!only_loader_threads) dedup_throughput(argv[1], dir);
   fs::remove_all(dir);
   return 0;
 }

@@ -1,7 +1,8 @@
 // ResNet example benchmarks (issue 10), each a ratio against a baseline measured in the same run:
 // - decode: JPEG decode + RandomResizedCrop + flip to 224x224, images per second on ONE core,
 //   with DCT-scaled decoding against full-size decoding (goal >= 400 img/s/core; FFCV reports
-//   ~326 per vCPU); plus the validation transform;
+//   ~326 per vCPU); plus the validation transform; then region-of-interest decoding against
+//   decoding the whole (DCT-scaled) image (data.jpeg_train_decode_roi, goal >= 1.5);
 // - train-step: a Frugal Trainer training ResNet (variant, side, batch) on CPU against torchvision
 //   trained eagerly in Python with the same settings and thread count, alternating 5 rounds
 //   (medians; one untimed warm-up step on each side).
@@ -10,6 +11,7 @@
 //   build/bench/frugal_bench_resnet decode build/bench/results.jsonl
 //   build/bench/frugal_bench_resnet train-step build/bench/results.jsonl PYTHON [VARIANT SIDE BATCH STEPS]
 //   build/bench/frugal_bench_resnet make-shards DIR IMAGES CLASSES
+//   build/bench/frugal_bench_resnet decode-stages            # ms per image of each decode stage
 
 #include <torch/torch.h>
 
@@ -66,9 +68,9 @@ int decode(const std::string& results) {
   const std::string command = "build/bench/frugal_bench_resnet decode build/bench/results.jsonl";
   const auto train = frugal::ImageTransformOptions().size(224).train(true);
   std::vector<double> scaled, full;
-  for (int round = 0; round < 3; ++round) {  // alternate, medians
-    scaled.push_back(images_per_second(jpegs, train));
-    full.push_back(images_per_second(jpegs, frugal::ImageTransformOptions(train).dct_scaling(false)));
+  for (int round = 0; round < 3; ++round) {  // alternate, medians (both decode the whole image)
+    scaled.push_back(images_per_second(jpegs, frugal::ImageTransformOptions(train).roi_decode(false)));
+    full.push_back(images_per_second(jpegs, frugal::ImageTransformOptions(train).dct_scaling(false).roi_decode(false)));
   }
   const Result r{"resnet decode+RandomResizedCrop+flip 224 (DCT scaling vs full decode), per core",
                  frugal::bench::median(scaled), "img/s/core", frugal::bench::median(full), command};
@@ -76,17 +78,68 @@ int decode(const std::string& results) {
   std::printf("%s: %.0f img/s/core vs %.0f full decode (x%.2f; goal >= 400)\n", r.name.c_str(), r.value, r.baseline, r.ratio());
   const auto val = frugal::ImageTransformOptions().size(224).train(false);
   const Result v{"resnet decode+resize+center crop 224 (DCT scaling vs full decode), per core",
-                 images_per_second(jpegs, val), "img/s/core", images_per_second(jpegs, frugal::ImageTransformOptions(val).dct_scaling(false)),
+                 images_per_second(jpegs, frugal::ImageTransformOptions(val).dct_scaling(true).roi_decode(false)), "img/s/core",
+                 images_per_second(jpegs, frugal::ImageTransformOptions(val).dct_scaling(false)),
                  command};
   frugal::bench::append(results, v);
   std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", v.name.c_str(), v.value, v.baseline, v.ratio());
   // Where DCT scaling pays: photos much larger than the crop (1600x1200, as in OpenImages).
   const auto large = photo_jpegs(8, 1600, 1200);
   const Result l{"resnet decode+RandomResizedCrop+flip 224 of 1600x1200 photos (DCT scaling vs full decode), per core",
-                 images_per_second(large, train), "img/s/core", images_per_second(large, frugal::ImageTransformOptions(train).dct_scaling(false)),
+                 images_per_second(large, frugal::ImageTransformOptions(train).roi_decode(false)), "img/s/core", images_per_second(large, frugal::ImageTransformOptions(train).dct_scaling(false).roi_decode(false)),
                  command};
   frugal::bench::append(results, l);
   std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", l.name.c_str(), l.value, l.baseline, l.ratio());
+  // Region-of-interest decoding: only the crop's rows and MCU columns, against decoding the whole
+  // (DCT-scaled) image, same crops, alternating rounds.
+  std::vector<double> roi, whole;
+  for (int round = 0; round < 5; ++round) {
+    roi.push_back(images_per_second(jpegs, train));
+    whole.push_back(images_per_second(jpegs, frugal::ImageTransformOptions(train).roi_decode(false)));
+  }
+  const Result d{"data.jpeg_train_decode_roi", frugal::bench::median(roi), "img/s/core", frugal::bench::median(whole), command};
+  frugal::bench::append(results, d);
+  std::printf("%s: decode+RandomResizedCrop+flip 224 with region decoding %.0f img/s/core vs %.0f whole image (x%.2f; goal >= 1.5)\n",
+              d.name.c_str(), d.value, d.baseline, d.ratio());
+  const Result dl{"data.jpeg_train_decode_roi_1600x1200", images_per_second(large, train), "img/s/core",
+                  images_per_second(large, frugal::ImageTransformOptions(train).roi_decode(false)), command};
+  frugal::bench::append(results, dl);
+  std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", dl.name.c_str(), dl.value, dl.baseline, dl.ratio());
+  const auto val_fast = frugal::ImageTransformOptions(val).dct_scaling(true);
+  const Result dv{"data.jpeg_val_decode_roi_dct", images_per_second(jpegs, val_fast), "img/s/core",
+                  images_per_second(jpegs, frugal::ImageTransformOptions(val).dct_scaling(false)), command};
+  frugal::bench::append(results, dv);
+  std::printf("%s: validation centre crop by region + DCT scaling %.0f img/s/core vs %.0f exact (x%.2f)\n", dv.name.c_str(), dv.value,
+              dv.baseline, dv.ratio());
+  return 0;
+}
+
+// The decode's stages one by one (CPU ms per image, one thread): whole and region decodes, with and
+// without DCT scaling, and the crop's resize. Printed only; for finding where the time goes.
+int decode_stages() {
+  torch::set_num_threads(1);
+  const auto jpegs = photo_jpegs(32);
+  std::mt19937_64 rng(1);
+  std::vector<frugal::CropBox> boxes;
+  for (int i = 0; i < 32; ++i) boxes.push_back(frugal::random_resized_crop_box(500, 375, rng));
+  auto timeit = [&](const char* name, auto f) {
+    const double t0 = frugal::bench::thread_cpu_seconds();
+    int n = 0;
+    while (frugal::bench::thread_cpu_seconds() - t0 < 1.5) { for (int i = 0; i < 32; ++i) f(i); n += 32; }
+    std::printf("%s: %.3f ms\n", name, 1e3 * (frugal::bench::thread_cpu_seconds() - t0) / n);
+  };
+  timeit("whole decode full size", [&](int i) { frugal::decode_jpeg(jpegs[i], "x"); });
+  timeit("region decode full size", [&](int i) { frugal::decode_jpeg_region(jpegs[i], "x", boxes[i]); });
+  timeit("region decode dct", [&](int i) {
+    const auto& b = boxes[i];
+    frugal::decode_jpeg_region(jpegs[i], "x", b, (500 * 224 + b.width - 1) / b.width, (375 * 224 + b.height - 1) / b.height); });
+  timeit("whole decode dct", [&](int i) {
+    const auto& b = boxes[i];
+    frugal::decode_jpeg(jpegs[i], "x", (500 * 224 + b.width - 1) / b.width, (375 * 224 + b.height - 1) / b.height); });
+  std::vector<frugal::DecodedRegion> regions;
+  for (int i = 0; i < 32; ++i) regions.push_back(frugal::decode_jpeg_region(jpegs[i], "x", boxes[i]));
+  timeit("crop_resize", [&](int i) { frugal::crop_resize(regions[i].image, regions[i].region, 224, 224); });
+  timeit("flip", [&](int i) { frugal::horizontal_flip(torch::empty({224, 224, 3}, torch::kUInt8)); });
   return 0;
 }
 
@@ -155,6 +208,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   try {
     if (a.size() >= 2 && a[0] == "decode") return decode(a[1]);
+    if (a.size() >= 1 && a[0] == "decode-stages") return decode_stages();
     if (a.size() >= 3 && a[0] == "train-step") {
       return train_step(a[1], a[2], a.size() > 3 ? a[3] : "resnet50", a.size() > 4 ? std::stoll(a[4]) : 128,
                         a.size() > 5 ? std::stoll(a[5]) : 16, a.size() > 6 ? std::stoll(a[6]) : 6);

@@ -18,7 +18,7 @@ torch=$("$FRUGAL_PYTHON_BIN" -c "import os, torch; print(os.path.dirname(torch._
 declare -A sources=(
   [checkpoint]="src/checkpoint/checkpoint_store.cpp src/checkpoint/consolidate.cpp src/checkpoint/detail/durable_io.cpp src/optim/detail/portable_state.cpp"
   [tar_shard]="src/data/tar_shard.cpp src/data/detail/tar_members.cpp src/data/sample.cpp"
-  [jpeg]="src/data/image/jpeg.cpp"
+  [jpeg]="src/data/image/jpeg.cpp src/data/image/jpeg_region.cpp"
   [npy]="src/data/npy.cpp"
   [safetensors]="src/io/safetensors.cpp"
   [squad]="src/text/squad.cpp src/text/wordpiece.cpp src/data/converters.cpp"
@@ -33,7 +33,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -Isrc -Itools -Itests/fuzz -Ithird_party/tomlplusplus/include -isystem "$torch/include"
        -isystem "$torch/include/torch/csrc/api/include" -isystem /usr/local/cuda/include)
 libs=(build/src/libfrugal.a -Wl,--no-as-needed -L"$torch/lib" -ltorch -ltorch_cpu -lc10 -ltorch_cuda -lc10_cuda
-      -Wl,-rpath,"$torch/lib" -L/usr/local/cuda/lib64 -lcudart -Wl,--as-needed -larchive -lturbojpeg -lutf8proc -lz -lpthread -ldl)
+      -Wl,-rpath,"$torch/lib" -L/usr/local/cuda/lib64 -lcudart -Wl,--as-needed -larchive -lturbojpeg -ljpeg -lutf8proc -lz -lpthread -ldl)
 cxx=clang++-14
 command -v ccache > /dev/null && cxx="ccache clang++-14"
 seed=()

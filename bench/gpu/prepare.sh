@@ -3,7 +3,7 @@
 # the same torch (2.11.0+cu130) as our venv, so:
 # - build/gpu-deps/: the Debian packages Frugal builds and runs against: header-only libraries, zlib,
 #   and the data pipeline's shared libraries (libarchive with what it links, libjpeg-turbo), which
-#   run.sh unpacks and puts on LD_LIBRARY_PATH;
+#   run.sh unpacks and puts on LD_LIBRARY_PATH; and libnvjpeg from the venv's nvidia-nvjpeg wheel;
 # - build/gpu-bin/: the GPU check's programs built here in Release (bench/gpu/targets.txt), stripped,
 #   so the check spends its device time running rather than compiling (run.sh builds there when
 #   they do not load).
@@ -15,9 +15,13 @@ mkdir -p build/gpu-deps
   rm -f ./*.deb
   apt-get download libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 \
     zlib1g-dev zlib1g libgloo-dev \
-    libarchive-dev libarchive13 libturbojpeg0-dev libturbojpeg0 libxxhash-dev libutf8proc-dev libutf8proc2 \
+    libarchive-dev libarchive13 libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libxxhash-dev libutf8proc-dev libutf8proc2 \
     libacl1 libbz2-1.0 liblz4-1 liblzma5 libnettle8 libxml2 libicu72 libzstd1 > /dev/null
 )
+# libnvjpeg from the nvidia-nvjpeg wheel (GPU JPEG decoding), in case the machine's torch lacks it.
+venv_nvjpeg=$("${FRUGAL_VENV:-$HOME/.cache/frugal/venv}/bin/python" -c \
+  "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'lib', 'libnvjpeg.so.13'))")
+cp "$venv_nvjpeg" build/gpu-deps/
 source scripts/env.sh
 grep -q "CMAKE_BUILD_TYPE:STRING=Release" build/CMakeCache.txt || { echo "prepare.sh: build/ is not a Release build" >&2; exit 1; }
 cmake --build build -j "$(nproc)" --target $(cat bench/gpu/targets.txt)

@@ -31,10 +31,11 @@ status=0
 
 if [ -n "${FRUGAL_GPU_REHEARSAL:-}" ]; then
   dev=cpu backend=gloo batch=4 images=8 jpegs=64 workers=2 bert_batch=2 bert_steps=4 bench_steps=2 rounds=3
+  gpu_decode=auto gpu_workers=2
   bert_config=examples/bert_squad/tiny_config.json auto=(--auto_batch.cpu_memory_limit_mb=1500)
 else
   dev=cuda backend=nccl batch=256 images=$((256 * 60)) jpegs=12800 workers=16 bert_batch=32 bert_steps=40 bench_steps=10
-  rounds=9 bert_config=bench/gpu/bert_large_config.json auto=()
+  rounds=9 bert_config=bench/gpu/bert_large_config.json auto=() gpu_decode=gpu gpu_workers=4
 fi
 
 # stage NAME LIMIT_S COMMAND...: runs COMMAND with its output in $logs/NAME.txt, under `timeout`,
@@ -87,6 +88,10 @@ nvidia_libs=$(ls -d "$torch_lib"/../../nvidia/*/lib 2> /dev/null | tr '\n' ':')
 # libarchive and libturbojpeg (and what libarchive links) from the carried packages; torch's own
 # libraries, CUDA's and NCCL's from the machine's torch.
 export LD_LIBRARY_PATH="$torch_lib:$nvidia_libs$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libnvjpeg (GPU JPEG decoding, opened at run time): the machine's own if its torch has the wheel,
+# else the one prepare.sh carried.
+[ -f build/gpu-deps/libnvjpeg.so.13 ] && ! ls "$torch_lib"/../../nvidia/cu13/lib/libnvjpeg.so.13 > /dev/null 2>&1 &&
+  export FRUGAL_NVJPEG_LIBRARY="$PWD/build/gpu-deps/libnvjpeg.so.13"
 
 # --- The binaries: carried (built here by prepare.sh) or built there -------------------------------
 # The tests and benchmarks read data from the source directory they were built in.
@@ -117,6 +122,32 @@ for t in core precision checkpoint distributed data resnet bert tooling memory r
 done
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 grep -h -E "^All tests passed|^test cases:|SKIPPED" "$logs"/tests_*.txt | sort | uniq -c
+
+# --- Issue 31 first: ResNet-50, batch 256, channels-last (auto on CUDA). Synthetic images made on ---
+# the device (the model alone), then photo-like 500x375 JPEG shards decoded on the CPU by 16 worker
+# threads (one intra-op thread each, region-of-interest decoding) and on the GPU by nvJPEG, in bf16
+# and fp16; resnet_jpeg_figures.py turns the runs into img/s and data-wait figures against synthetic.
+resnet=("$bin/frugal_resnet50" --trainer.device=$dev --data.batch_size=$batch --smoke_test.mode=off
+        --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0 --trainer.max_epochs=1)
+for p in bf16 fp16 fp32; do
+  stage "resnet_synthetic_$p" 90 "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$images \
+    --precision.mode=$p --trainer.run_dir="$logs/resnet_synthetic_$p" && tail -n 1 "$logs/resnet_synthetic_$p.txt"
+done
+stage resnet_make_jpegs 90 "$bin/frugal_bench_resnet" make-shards build/gpu-jpeg $jpegs 1000
+jpeg_run=("${resnet[@]}" --images.source=shards --images.train=build/gpu-jpeg --images.val= --data.prefetch_batches=6)
+stage resnet_jpeg_cpu_bf16 90 "${jpeg_run[@]}" --precision.mode=bf16 --images.decode=cpu --data.num_workers=$workers \
+  --trainer.run_dir="$logs/resnet_jpeg_cpu_bf16" && tail -n 1 "$logs/resnet_jpeg_cpu_bf16.txt"
+for p in bf16 fp16; do
+  stage "resnet_jpeg_gpu_$p" 90 "${jpeg_run[@]}" --precision.mode=$p --images.decode=$gpu_decode --data.num_workers=$gpu_workers \
+    --trainer.run_dir="$logs/resnet_jpeg_gpu_$p" && grep -h -E "images.decode|^resnet" "$logs/resnet_jpeg_gpu_$p.txt"
+done
+stage resnet_jpeg_cpu_fp16 90 "${jpeg_run[@]}" --precision.mode=fp16 --images.decode=cpu --data.num_workers=$workers \
+  --trainer.run_dir="$logs/resnet_jpeg_cpu_fp16" && tail -n 1 "$logs/resnet_jpeg_cpu_fp16.txt"
+"$python" bench/gpu/resnet_jpeg_figures.py "$results" "$logs"
+stage resnet_decode 60 "$bin/frugal_bench_resnet" decode "$results"
+# The loader's worker threads against a busy training thread, on the machine's 16 cores.
+stage data_pipeline 120 "$bin/frugal_bench_data_pipeline" "$results" build/gpu-data-pipeline loader-threads
+pack
 
 # --- Mixed precision and data parallel first (short, and what no CPU can check): CUDA autocast in ---
 # each precision, then NCCL with one rank (an explicit backend makes a real process group even alone).
@@ -153,24 +184,8 @@ grep -h -E "automatic batch size|^bert_squad" "$logs/bert_large_auto.txt"
 stage bert_large_checkpointing 150 "$bin/frugal_bench_memory" gpu "$results" 3 && cat "$logs/bert_large_checkpointing.txt"
 pack
 
-# --- ResNet-50, batch 256, channels-last (auto on CUDA): synthetic images made on the device (the ---
-# model alone) in each precision, then photo-like 500x375 JPEGs decoded by 16 worker threads.
-resnet=("$bin/frugal_resnet50" --trainer.device=$dev --data.batch_size=$batch --smoke_test.mode=off
-        --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0 --trainer.max_epochs=1)
-for p in bf16 fp16 fp32; do
-  stage "resnet_synthetic_$p" 90 "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$images \
-    --precision.mode=$p --trainer.run_dir="$logs/resnet_synthetic_$p" && tail -n 1 "$logs/resnet_synthetic_$p.txt"
-done
-stage resnet_make_jpegs 90 "$bin/frugal_bench_resnet" make-shards build/gpu-jpeg $jpegs 1000
-stage resnet_jpeg_bf16 90 "${resnet[@]}" --images.source=shards --images.train=build/gpu-jpeg --images.val= \
-  --precision.mode=bf16 --data.num_workers=$workers --data.prefetch_batches=6 --trainer.run_dir="$logs/resnet_jpeg_bf16" &&
-  tail -n 1 "$logs/resnet_jpeg_bf16.txt"
-stage resnet_decode 60 "$bin/frugal_bench_resnet" decode "$results"
-pack
-
 # --- The tooling overhead, the data pipeline on 16 cores, the small examples. ----------------------
 stage tooling_bench 90 "$bin/frugal_bench_tooling" "$results" $rounds "$logs/tooling_profiles"
-stage data_pipeline 90 "$bin/frugal_bench_data_pipeline" "$results" build/gpu-data-pipeline
 for p in fp32 fp16 bf16; do
   stage "minimal_$p" 60 "$bin/frugal_minimal" --config examples/minimal/config.toml --trainer.device=$dev \
     --precision.mode=$p --trainer.run_dir="$logs/minimal_$p" --trainer.max_epochs=3 && tail -n 1 "$logs/minimal_$p.txt"

@@ -73,6 +73,26 @@ void check_same_classes(const std::vector<std::string>& train, const std::vector
   }
 }
 
+// images.decode: gpu needs CUDA, shards and libnvjpeg; auto takes the GPU when all are there.
+bool decode_on_gpu(const ImageDataOptions& o, const torch::Device& device) {
+  if (o.decode != "cpu" && o.decode != "gpu" && o.decode != "auto") {
+    throw frugal::OptionError("images.decode", "images.decode must be cpu, gpu or auto, got " + o.decode);
+  }
+  if (o.decode == "cpu" || o.source == "synthetic") return false;
+  std::string why;
+  if (!device.is_cuda()) {
+    why = "training runs on " + device.str();
+  } else if (o.source != "shards") {
+    why = "GPU decoding reads shards (frugal-data convert --from imagefolder), not " + o.source;
+  } else if (frugal::gpu_jpeg_available(&why)) {
+    frugal::log::info("images.decode: JPEGs decoded on " + device.str() + " with nvJPEG");
+    return true;
+  }
+  if (o.decode == "gpu") throw frugal::OptionError("images.decode", "images.decode=gpu: " + why);
+  if (device.is_cuda()) frugal::log::info("images.decode=auto: decoding on the CPU (" + why + ")");
+  return false;
+}
+
 }  // namespace
 
 ImageData open_image_data(const ImageDataOptions& o, const frugal::ShardedDatasetOptions& shards, const torch::Device& device) {
@@ -82,21 +102,29 @@ ImageData open_image_data(const ImageDataOptions& o, const frugal::ShardedDatase
   }
   if (o.train.empty()) throw frugal::OptionError("images.train", "images.train: a directory is required for source " + o.source);
   const auto train_transform =
-      frugal::ImageTransformOptions().size(o.size).train(true).min_scale(o.min_scale).flip(o.flip).dct_scaling(o.dct_scaling);
+      frugal::ImageTransformOptions().size(o.size).train(true).min_scale(o.min_scale).flip(o.flip).dct_scaling(o.dct_scaling).roi_decode(o.roi_decode);
   const auto val_transform = frugal::ImageTransformOptions()
                                  .size(o.val_size > 0 ? o.val_size : o.size)
                                  .train(false)
                                  .center_fraction(o.center_fraction)
-                                 .dct_scaling(o.val_dct_scaling);
+                                 .dct_scaling(o.val_dct_scaling)
+                                 .roi_decode(o.roi_decode);
   train_transform.validate();
   val_transform.validate();
   ImageData data;
+  data.gpu_decoding = decode_on_gpu(o, device);
   if (o.source == "shards") {
-    data.train = std::make_shared<frugal::ShardedDataset>(fs::path(o.train), jpeg_decoder(train_transform), shards);
+    // On the GPU: shards read raw, crops planned on the CPU, decoded and cropped by nvJPEG there.
+    auto open_shards = [&](const std::string& dir, const frugal::ImageTransformOptions& transform) -> std::shared_ptr<const frugal::Dataset> {
+      if (!data.gpu_decoding) return std::make_shared<frugal::ShardedDataset>(fs::path(dir), jpeg_decoder(transform), shards);
+      auto raw = std::make_shared<frugal::ShardedDataset>(fs::path(dir), frugal::raw_samples(), shards);
+      return std::make_shared<frugal::GpuImageDataset>(raw, transform, device);
+    };
+    data.train = open_shards(o.train, train_transform);
     const std::vector<std::string> classes = classes_of_shards(o.train);
     data.classes = static_cast<int64_t>(classes.size());
     if (!o.val.empty()) {
-      data.val = std::make_shared<frugal::ShardedDataset>(fs::path(o.val), jpeg_decoder(val_transform), shards);
+      data.val = open_shards(o.val, val_transform);
       check_same_classes(classes, classes_of_shards(o.val), o);
     }
   } else if (o.source == "folder") {

@@ -22,6 +22,8 @@ struct ImageDataOptions {
   bool flip = true;
   bool dct_scaling = true;         // training: decode at 1/2, 1/4, 1/8 size when the crop allows
   bool val_dct_scaling = false;    // validation: off, every pixel decoded as Pillow does (exact torchvision)
+  bool roi_decode = true;          // decode only the crop's rows and MCU columns
+  std::string decode = "auto";     // cpu | gpu (nvJPEG) | auto (gpu when training on CUDA and nvJPEG loads)
   int64_t synthetic_images = 1281167;  // an ImageNet epoch
   int64_t synthetic_classes = 1000;
 };
@@ -30,6 +32,7 @@ struct ImageData {
   std::shared_ptr<const frugal::Dataset> train;
   std::shared_ptr<const frugal::Dataset> val;  // null for synthetic data
   int64_t classes = 0;
+  bool gpu_decoding = false;  // JPEGs decoded on the training GPU
 };
 
 /// Opens the sources `options` name; DataError / OptionError naming the path or key otherwise.

@@ -95,6 +95,12 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
   config.bind("images.dct_scaling", d.dct_scaling, "Training: decode JPEGs at a reduced size when the crop allows it");
   config.bind("images.val_dct_scaling", d.val_dct_scaling,
               "Validation: decode at a reduced size (faster; off = torchvision's pixels exactly)");
+  config.bind("images.roi_decode", d.roi_decode,
+              "Decode only the rows and MCU columns of the crop (training; validation too with images.val_dct_scaling)");
+  config.bind("images.decode", d.decode,
+              "Where JPEGs are decoded: cpu (worker threads, libjpeg-turbo), gpu (nvJPEG on the training GPU; shards only) "
+              "or auto (gpu when training on CUDA and libnvjpeg loads)",
+              {"cpu", "gpu", "auto"});
   config.bind("images.flip", d.flip, "Random horizontal flips in training");
   config.bind("images.synthetic_images", d.synthetic_images, "Synthetic source: images per epoch");
   config.bind("images.synthetic_classes", d.synthetic_classes, "Synthetic source: classes");

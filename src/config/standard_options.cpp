@@ -10,6 +10,7 @@
 #include "frugal/core/trainer.hpp"
 #include "frugal/data/sharded_dataset.hpp"
 #include "frugal/distributed/agreement.hpp"
+#include "frugal/policies/cpu_threads.hpp"
 
 namespace frugal {
 
@@ -32,6 +33,8 @@ void bind(Config& config, StandardOptions& o) {
               "Stop with an error on a NaN/inf training loss; never checkpoint non-finite weights");
   config.bind("trainer.halve_batch_on_oom", t.halve_batch_on_oom(),
               "Out of memory in a step: halve the micro-batch, double accumulation, go on");
+  config.bind("trainer.cpu_threads", t.cpu_threads(),
+              "Intra-op threads of the training thread during the fit; 0 = automatic (on CUDA: the cores the loader workers leave)");
   config.add_check("trainer", [&t] { t.validate(); });
 
   DataLoaderOptions& d = o.data;
@@ -41,6 +44,8 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("data.seed", d.seed(), "Seed of the data order");
   config.bind("data.num_workers", d.num_workers(), "Threads that read, decode and collate batches ahead; 0 = none");
   config.bind("data.prefetch_batches", d.prefetch_batches(), "Batches made ahead of training (with workers)");
+  config.bind("data.worker_threads", d.worker_threads(),
+              "Intra-op threads of each loader worker's tensor work; 0 = the process's (oversubscribes the cores)");
   config.add_check("data", [&d] { d.validate(); });
   ShardedDatasetOptions& sh = o.shards;
   config.bind("data.shuffle_buffer", sh.shuffle_buffer(), "Shards: samples in the shuffle buffer (shards are permuted too)");
@@ -273,6 +278,8 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   if (options.smoke_test.mode() != SmokeTestMode::off) {
     trainer.add_policy(std::make_shared<SmokeTestPolicy>(options.smoke_test));
   }
+  // After the smoke test, which keeps every core.
+  trainer.add_policy(std::make_shared<CpuThreadsPolicy>(options.trainer.cpu_threads()));
   // After the smoke test: a rank whose smoke test fails exits before the first collective, and
   // the others then fail promptly instead of training without it.
   const World world = detect_world(process_environment());

@@ -28,11 +28,11 @@ torch::Device resolve_device(const std::string& name) {
   try {
     torch::Device device(name);
     if (device.is_cuda() && !torch::cuda::is_available()) {
-      throw OptionError("device", "device '" + name + "' was asked for but CUDA is not available here");
+      throw OptionError("trainer.device", "trainer.device '" + name + "' was asked for but CUDA is not available here");
     }
     return device;
   } catch (const c10::Error&) {
-    throw OptionError("device", "device must be auto, cpu, cuda or cuda:N, got '" + name + "'");
+    throw OptionError("trainer.device", "trainer.device must be auto, cpu, cuda or cuda:N, got '" + name + "'");
   }
 }
 

@@ -12,6 +12,8 @@
 #include "frugal/data/image/jpeg.hpp"
 #include "frugal/data/image_folder.hpp"
 #include "frugal/errors.hpp"
+#include "frugal/log.hpp"
+#include "frugal/text/squad.hpp"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -112,6 +114,8 @@ ConvertResult convert_squad(const fs::path& file, ShardWriter& out) {
   using T = nlohmann::json::value_t;
   const nlohmann::json squad = parse_json_file(file);
   ConvertResult result;
+  int64_t without_answer = 0, text_differs = 0, answer_count = 0;
+  std::string first_difference;
   const auto& data = member(squad, "data", T::array, file, "$");
   for (size_t a = 0; a < data.size(); ++a) {
     const std::string article_path = c10::str("$.data[", a, "]");
@@ -129,13 +133,22 @@ ConvertResult convert_squad(const fs::path& file, ShardWriter& out) {
                               {"question", member(qas[q], "question", T::string, file, qa_path)},
                               {"answers", nlohmann::json::array()}};
         const auto& answers = member(qas[q], "answers", T::array, file, qa_path);
+        if (answers.empty()) ++without_answer;
+        const auto& context_text = context.get_ref<const std::string&>();
         for (size_t i = 0; i < answers.size(); ++i) {
           const std::string answer_path = c10::str(qa_path, ".answers[", i, "]");
           const auto& text = member(answers[i], "text", T::string, file, answer_path);
           const auto& start = member(answers[i], "answer_start", T::number_integer, file, answer_path);
-          if (start.get<int64_t>() < 0 || start.get<size_t>() > context.get_ref<const std::string&>().size()) {
-            throw DataError(file.string(), -1, answer_path + ".answer_start: outside the context");
+          // answer_start counts characters; compared without adding, so a huge start cannot overflow.
+          const int64_t chars = utf8_length(context_text);
+          if (start.get<int64_t>() < 0 || start.get<int64_t>() > chars - utf8_length(text.get_ref<const std::string&>())) {
+            throw DataError(file.string(), -1, c10::str(answer_path, ".answer_start: ", start.get<int64_t>(),
+                                                        " puts the answer outside its ", chars, "-character context"));
           }
+          if (!answer_matches_context(context_text, text.get_ref<const std::string&>(), start.get<int64_t>())) {
+            if (text_differs++ == 0) first_difference = answer_path;
+          }
+          ++answer_count;
           record["answers"].push_back({{"text", text}, {"answer_start", start}});
         }
         out.write({sample_key(result.samples++), {{"json", record.dump()}}});
@@ -143,6 +156,16 @@ ConvertResult convert_squad(const fs::path& file, ShardWriter& out) {
     }
   }
   if (result.samples == 0) throw DataError(file.string(), -1, "no questions: nothing to convert (an empty data set)");
+  // Converted as they are, as the examples read them; said, as the examples say it.
+  if (without_answer > 0) {
+    result.warnings.push_back(c10::str(file.string(), ": ", without_answer, " of ", result.samples,
+                                       " questions have no answer (trained as 'no answer in the window')"));
+  }
+  if (text_differs > 0) {
+    result.warnings.push_back(c10::str(file.string(), ": ", text_differs, " of ", answer_count, " answers differ from the context at ",
+                                       "their answer_start (the first: ", first_difference, "); the span at answer_start is trained on"));
+  }
+  for (const auto& warning : result.warnings) log::warn(warning);
   result.shards = out.finish();
   return result;
 }

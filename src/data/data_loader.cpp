@@ -7,6 +7,7 @@
 #include <chrono>
 #include <numeric>
 
+#include "data/detail/batch_buffers.hpp"
 #include "data/detail/batch_prefetcher.hpp"
 #include "frugal/errors.hpp"
 
@@ -23,17 +24,21 @@ void DataLoaderOptions::validate() const {
     throw OptionError("rank", c10::str("rank must be in [0, ", num_replicas(), "), got ", rank()));
   }
   if (num_workers() < 0) throw OptionError("num_workers", c10::str("num_workers must be >= 0, got ", num_workers()));
+  if (worker_threads() < 0) {
+    throw OptionError("worker_threads", c10::str("worker_threads must be >= 0, got ", worker_threads()));
+  }
   if (prefetch_batches() < 1) {
     throw OptionError("prefetch_batches", c10::str("prefetch_batches must be >= 1, got ", prefetch_batches()));
   }
 }
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
-    : dataset_(std::move(dataset)), options_(std::move(options)) {
+    : dataset_(std::move(dataset)), options_(std::move(options)), buffers_(std::make_shared<detail::BatchBuffers>()) {
   if (!dataset_) throw OptionError("dataset", "DataLoader: dataset is null");
   options_.validate();
   if (options_.num_workers() > 0) {
-    prefetcher_ = std::make_unique<detail::BatchPrefetcher>(options_.num_workers(), options_.prefetch_batches());
+    prefetcher_ = std::make_unique<detail::BatchPrefetcher>(options_.num_workers(), options_.prefetch_batches(),
+                                                           options_.worker_threads());
   }
   start_epoch(0);
 }
@@ -109,8 +114,13 @@ struct BatchRecipe {
   detail::PreparedBatch operator()(int64_t batch_index) const {
     const int64_t begin = batch_index * batch_size;
     const int64_t end = std::min<int64_t>(begin + batch_size, static_cast<int64_t>(order->size()));
-    Batch batch = dataset->fetch(std::vector<int64_t>(order->begin() + begin, order->begin() + end), context);
-    if (copy_to) return detail::copy_to_device_async(batch, *copy_to);
+    const std::vector<int64_t> indices(order->begin() + begin, order->begin() + end);
+    if (copy_to) {
+      // Device work of the dataset's own (GPU decoding) on the stream whose event the consumer waits on.
+      const Batch batch = detail::on_side_stream(*copy_to, [&] { return dataset->fetch(indices, context); });
+      return detail::copy_to_device_async(batch, *copy_to, context.buffers.get());
+    }
+    Batch batch = dataset->fetch(indices, context);
     return {pin_memory ? batch.pin_memory() : std::move(batch), {}};
   }
 };
@@ -128,7 +138,8 @@ std::optional<Batch> DataLoader::next() {
   const int64_t index = batch_index_++;
   static const bool have_cuda = torch::cuda::is_available();
   const bool pin = options_.pin_memory() && have_cuda;
-  BatchRecipe recipe{dataset_, order_, options_.batch_size(), FetchContext{epoch_, options_.seed()}, pin, std::nullopt};
+  BatchRecipe recipe{dataset_, order_, options_.batch_size(), FetchContext{epoch_, options_.seed(), buffers_, pin}, pin,
+                     std::nullopt};
   if (!prefetcher_) return recipe(index).batch;  // the caller copies: nothing would overlap anyway
   if (pin && copy_to_) recipe.copy_to = copy_to_;
   // Started lazily, so a restore right after construction reads nothing it skips.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 
+#include "data/detail/batch_buffers.hpp"
 #include "data/detail/decode_samples.hpp"
 #include "frugal/errors.hpp"
 
@@ -55,6 +56,11 @@ std::pair<size_t, int64_t> ShardedDataset::locate(int64_t index) const {
   if (index < 0 || index >= size_) throw OptionError("index", c10::str("sample index ", index, " is outside [0, ", size_, ")"));
   const auto shard = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), index) - starts_.begin() - 1);
   return {shard, index - starts_[shard]};
+}
+
+std::pair<std::filesystem::path, int64_t> ShardedDataset::location(int64_t index) const {
+  auto [shard, local] = locate(index);
+  return {shards_[shard].shard, shards_[shard].offsets[static_cast<size_t>(local)]};
 }
 
 const std::string& ShardedDataset::key(int64_t index) const {
@@ -151,14 +157,18 @@ std::vector<int64_t> ShardedDataset::shuffled_order(int64_t seed, int64_t epoch)
   return order;
 }
 
-Batch collate(const std::vector<Batch>& examples) {
+Batch collate(const std::vector<Batch>& examples) { return detail::collate_into(examples, nullptr, false); }
+
+namespace detail {
+
+Batch collate_into(const std::vector<Batch>& examples, BatchBuffers* buffers, bool pinned) {
   if (examples.empty()) throw Error("collate: no examples");
   auto stack = [&](auto get) -> torch::Tensor {
     if (!get(examples.front()).defined()) return {};
     std::vector<torch::Tensor> parts;
     parts.reserve(examples.size());
     for (const auto& e : examples) parts.push_back(get(e));
-    return torch::stack(parts);
+    return stack_into(parts, buffers, pinned);
   };
   Batch batch;
   batch.input = stack([](const Batch& b) { return b.input; });
@@ -172,5 +182,7 @@ Batch collate(const std::vector<Batch>& examples) {
   }
   return batch;
 }
+
+}  // namespace detail
 
 }  // namespace frugal

@@ -144,6 +144,7 @@ SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& o
         if (i == 0) throw TrainingError("the training data yields no batch");
         break;  // fewer batches than asked: what ran is the test
       }
+      *batch = batch->to(cpu);  // datasets that make batches on the GPU (decoding there, synthetic images)
       report.batch_shapes = describe_batch(*batch);
       const auto start = std::chrono::steady_clock::now();
       trail.clear();

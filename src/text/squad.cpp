@@ -110,6 +110,14 @@ double f1_of(const std::string& prediction, const std::string& truth) {
 
 }  // namespace
 
+bool answer_matches_context(const std::string& context, const std::string& text, int64_t start) {
+  const std::vector<utf8proc_int32_t> chars = code_points(context), said = code_points(text);
+  const bool inside = start >= 0 && start <= static_cast<int64_t>(chars.size()) - static_cast<int64_t>(said.size());
+  return inside && std::equal(said.begin(), said.end(), chars.begin() + start);
+}
+
+int64_t utf8_length(const std::string& text) { return char_count(text); }
+
 std::vector<SquadExample> read_squad(const std::filesystem::path& path) {
   const std::string file = path.string();
   std::ifstream in(path);
@@ -198,9 +206,7 @@ std::vector<SquadFeature> make_squad_features(const std::vector<SquadExample>& e
     if (training && example.answers.empty()) ++without_answer;
     if (training && !example.answers.empty()) {
       const int64_t begin = example.answers[0].start, end = begin + char_count(example.answers[0].text);
-      const std::vector<utf8proc_int32_t> chars = code_points(example.context), said = code_points(example.answers[0].text);
-      const bool inside = begin >= 0 && begin + static_cast<int64_t>(said.size()) <= static_cast<int64_t>(chars.size());
-      if (!inside || !std::equal(said.begin(), said.end(), chars.begin() + begin)) ++text_differs;
+      if (!answer_matches_context(example.context, example.answers[0].text, begin)) ++text_differs;
       for (int64_t t = 0; t < n; ++t) {
         if (answer_first < 0 && context[static_cast<size_t>(t)].end > begin) answer_first = t;
         if (context[static_cast<size_t>(t)].begin < end) answer_last = t;

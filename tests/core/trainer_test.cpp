@@ -333,3 +333,10 @@ TEST_CASE("a label out of range is reported with the step, the batch, its datase
                                        Catch::Contains("targets 0..7") && Catch::Contains("Target 7 is out of bounds") &&
                                        !Catch::Contains("Exception raised from"));
 }
+
+TEST_CASE("a bad trainer.device names the key and the value", "[core][trainer]") {
+  CHECK_THROWS_WITH(resolve_device("gpu0"), Catch::Contains("trainer.device") && Catch::Contains("'gpu0'"));
+  CHECK_THROWS_WITH(Trainer(Model(TinyNet(4, 8, 3).ptr(), cross_entropy()), sgd(), blobs(8), TrainerOptions().device("tpu").run_dir("")),
+                    Catch::Contains("trainer.device must be auto, cpu, cuda or cuda:N, got 'tpu'"));
+  CHECK(resolve_device("cpu").is_cpu());
+}

@@ -118,6 +118,30 @@ TEST_CASE("JSONL and SQuAD files become one JSON sample per line or question, an
   write_text(dir / "empty.json", empty.dump());
   ShardWriter empty_out(dir / "empty");
   CHECK_THROWS_WITH(convert_squad(dir / "empty.json", empty_out), Catch::Contains("empty.json") && Catch::Contains("nothing to convert"));
+
+  // Converted as they are, but said, naming the file: questions without answers, and answers
+  // that are not what the context holds at answer_start (counted in characters, not bytes).
+  ShardWriter again_out(dir / "squad_again");
+  CHECK(convert_squad(dir / "squad.json", again_out).warnings.empty());
+  nlohmann::json odd = squad;
+  auto& qas = odd["data"][0]["paragraphs"][0]["qas"];
+  odd["data"][0]["paragraphs"][0]["context"] = "Café Frugal trains on less GPU.";
+  qas[0]["answers"] = {{{"text", "Frugal"}, {"answer_start", 5}}};  // byte 6: right in characters
+  qas[1]["answers"] = {{{"text", "more GPU"}, {"answer_start", 22}}};
+  qas.push_back({{"id", "q3"}, {"question", "Why?"}, {"answers", nlohmann::json::array()}});
+  write_text(dir / "odd.json", odd.dump());
+  ShardWriter odd_out(dir / "odd");
+  const ConvertResult converted = convert_squad(dir / "odd.json", odd_out);
+  CHECK(converted.samples == 3);
+  REQUIRE(converted.warnings.size() == 2);
+  CHECK_THAT(converted.warnings[0], Catch::Contains("odd.json") && Catch::Contains("1 of 3 questions have no answer"));
+  CHECK_THAT(converted.warnings[1], Catch::Contains("odd.json") && Catch::Contains("1 of 2 answers differ") &&
+                                        Catch::Contains("$.data[0].paragraphs[0].qas[1].answers[0]"));
+  qas[0]["answers"] = {{{"text", "."}, {"answer_start", 31}}};  // 31 characters: past the end, though not past the 32 bytes
+  write_text(dir / "outside.json", odd.dump());
+  ShardWriter outside_out(dir / "outside");
+  CHECK_THROWS_WITH(convert_squad(dir / "outside.json", outside_out),
+                    Catch::Contains("outside.json") && Catch::Contains("qas[0].answers[0].answer_start: 31 puts the answer outside its 31-character context"));
 }
 
 TEST_CASE("NPY arrays round-trip in every supported dtype, and malformed arrays name the offset", "[data]") {

@@ -6,6 +6,10 @@ shrinking), which torchvision's Resize on PIL images uses, and torchvision's Ima
                     ("out<k>": uint8 [out_h, out_w, 3])
   eval DIR N        torchvision's Resize(256) + CenterCrop(224) on DIR/image<k>.jpg opened with
                     Pillow, k < N; writes DIR/torchvision.safetensors ("out<k>": uint8 [3, 224, 224])
+  jpeg_crops DIR    torchvision's resized_crop (Pillow's crop + BILINEAR resize) on DIR/image<k>.jpg
+                    opened with Pillow, for the boxes of DIR/boxes.safetensors ("boxes": int64 [K, 6]
+                    rows of k, x, y, w, h, out); writes DIR/torchvision.safetensors ("out<i>": uint8
+                    [out, out, 3])
   imagefolder ROOT  prints torchvision.datasets.ImageFolder(ROOT)'s classes and samples
 """
 import json
@@ -39,6 +43,19 @@ def eval_transform(out, count):
     print(json.dumps({"images": len(result)}))
 
 
+def jpeg_crops(out):
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as F
+    boxes = load_file(f"{out}/boxes.safetensors")["boxes"].tolist()
+    result = {}
+    for i, (k, x, y, w, h, size) in enumerate(boxes):
+        with Image.open(f"{out}/image{k}.jpg") as image:
+            crop = F.resized_crop(image.convert("RGB"), y, x, h, w, [size, size], InterpolationMode.BILINEAR)
+        result[f"out{i}"] = torch.from_numpy(np.asarray(crop).copy())
+    save_file(result, f"{out}/torchvision.safetensors")
+    print(json.dumps({"crops": len(result)}))
+
+
 def imagefolder(root):
     import torchvision
     folder = torchvision.datasets.ImageFolder(root)
@@ -46,4 +63,4 @@ def imagefolder(root):
 
 
 if __name__ == "__main__":
-    {"resize": resize, "eval": eval_transform, "imagefolder": imagefolder}[sys.argv[1]](*sys.argv[2:])
+    {"resize": resize, "eval": eval_transform, "jpeg_crops": jpeg_crops, "imagefolder": imagefolder}[sys.argv[1]](*sys.argv[2:])

@@ -210,3 +210,149 @@ TEST_CASE("ImageFolderDataset: torchvision's order, labels, and corrupt images a
   CHECK(batch.input.sizes() == torch::IntArrayRef({3, 3, 32, 32}));
   CHECK_THROWS_AS(ImageFolderDataset(root / "missing", decode), DataError);
 }
+
+namespace {
+
+// Crop boxes of every shape a RandomResizedCrop gives, plus the edges and corners of the image.
+std::vector<CropBox> region_boxes(int64_t width, int64_t height) {
+  return {{width / 4, height / 4, width / 2, height / 2},         // the middle
+          {0, 0, width, height},                                 // the whole image
+          {0, 0, width / 3, height / 3},                         // top left corner
+          {width - width / 3, height - height / 3, width / 3, height / 3},  // bottom right corner
+          {width / 5 + 3, 7, width / 2 + 1, height - 9},          // tall, odd offsets
+          {5, height / 3 + 1, width - 11, height / 4},           // wide and short
+          {width / 2 - 17, height / 2 - 13, 35, 27},             // small, off the MCU grid
+          {width - 1, height - 1, 1, 1}};                        // one pixel
+}
+
+std::string read_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST_CASE("region decoding gives a whole decode's pixels in the region, DCT-scaled or not, colour, grey or CMYK", "[transforms][roi]") {
+  const fs::path corpus = fs::path(source_dir()) / "tests" / "fuzz" / "corpus" / "jpeg";
+  std::vector<std::pair<std::string, std::string>> images{{"photo 500x375 4:2:0", encode_jpeg(test_image(500, 375), 90)},
+                                                          {"photo 333x517 4:2:0", encode_jpeg(test_image(333, 517, 4), 85)},
+                                                          {"grey 301x211", encode_jpeg(test_image(301, 211, 5).select(2, 1).contiguous(), 90)},
+                                                          {"cmyk.jpg", read_file(corpus / "cmyk.jpg")},
+                                                          {"progressive.jpg", read_file(corpus / "progressive.jpg")}};
+  for (const auto& [name, jpeg] : images) {
+    const JpegSize full = jpeg_size(jpeg, name);
+    for (const CropBox& box : region_boxes(full.width, full.height)) {
+      for (const int min_side : {0, 40}) {  // whole size, and DCT-scaled where the image allows
+        INFO(name << " box " << box.x << "," << box.y << " " << box.width << "x" << box.height << " min side " << min_side);
+        const torch::Tensor whole = decode_jpeg(jpeg, name, min_side, min_side);
+        const DecodedRegion region = decode_jpeg_region(jpeg, name, box, min_side, min_side);
+        CHECK(region.scaled_width == whole.size(1));
+        CHECK(region.scaled_height == whole.size(0));
+        const CropBox& r = region.region;
+        REQUIRE(r.x + r.width <= region.image.size(1));
+        REQUIRE(r.y + r.height <= region.image.size(0));
+        // The same box in the whole decode: where it starts in the image, region.image's column 0
+        // is the MCU column the region decoder began at.
+        const double sx = static_cast<double>(whole.size(1)) / full.width, sy = static_cast<double>(whole.size(0)) / full.height;
+        const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(box.x) * sx));
+        const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(box.y) * sy));
+        const torch::Tensor ours = region.image.slice(0, r.y, r.y + r.height).slice(1, r.x, r.x + r.width);
+        const torch::Tensor theirs = whole.slice(0, y0, y0 + r.height).slice(1, x0, x0 + r.width);
+        REQUIRE(ours.sizes() == theirs.sizes());
+        // Only chroma upsampled at the region's left edge may differ.
+        CHECK(mean_abs_difference(ours, theirs) < 0.6);
+      }
+    }
+  }
+  // Truncated below the region: rows never decoded would not show it, the missing end marker does.
+  const std::string jpeg = encode_jpeg(test_image(400, 300), 90);
+  for (const size_t keep : {jpeg.size() - 2, jpeg.size() * 2 / 3, size_t{600}}) {
+    INFO("kept " << keep << " of " << jpeg.size() << " bytes");
+    CHECK_THROWS_WITH(decode_jpeg_region(jpeg.substr(0, keep), "n01/cut.jpg", {10, 10, 50, 40}), Catch::Contains("n01/cut.jpg"));
+    CHECK_THROWS_AS(decode_jpeg(jpeg.substr(0, keep), "n01/cut.jpg"), DataError);  // the whole decoder agrees
+  }
+  CHECK_THROWS_AS(decode_jpeg_region("not a jpeg", "x.jpg", {0, 0, 1, 1}), DataError);
+  CHECK_THROWS_WITH(decode_jpeg_region(jpeg, "x.jpg", {390, 0, 20, 10}), Catch::Contains("outside the 400x300 image"));
+}
+
+TEST_CASE("training crops decoded by region equal the whole-image path and torchvision's resized_crop, per box shape", "[transforms][roi][python]") {
+  const fs::path dir = scratch_dir("transforms_roi");
+  const std::vector<std::pair<int64_t, int64_t>> sizes{{500, 375}, {375, 500}, {1024, 683}};
+  std::vector<std::string> jpegs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    jpegs.push_back(encode_jpeg(test_image(sizes[k].first, sizes[k].second, k + 11), 90));
+    std::ofstream(dir / c10::str("image", k, ".jpg"), std::ios::binary) << jpegs.back();
+  }
+  // torchvision's resized_crop on Pillow's decode, for every box shape of every image.
+  std::vector<torch::Tensor> rows;
+  std::vector<std::tuple<size_t, CropBox, int64_t>> cases;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    for (const CropBox& box : region_boxes(sizes[k].first, sizes[k].second)) {
+      if (box.width < 8 || box.height < 8) continue;
+      for (const int64_t out : {224, 64}) {
+        cases.emplace_back(k, box, out);
+        rows.push_back(torch::tensor({static_cast<int64_t>(k), box.x, box.y, box.width, box.height, out}));
+      }
+    }
+  }
+  write_safetensors(dir / "boxes.safetensors", {{"boxes", torch::stack(rows)}});
+  run_python_reference("pillow_resize.py", "jpeg_crops " + dir.string());
+  const auto reference = read_safetensors(dir / "torchvision.safetensors");
+  double worst_exact = 0.0, worst_scaled_vs_whole = 0.0, worst_scaled_vs_torchvision = 0.0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [k, box, out] = cases[i];
+    INFO("image " << k << " box " << box.x << "," << box.y << " " << box.width << "x" << box.height << " -> " << out);
+    const std::string& jpeg = jpegs[k];
+    const torch::Tensor theirs = reference.at(c10::str("out", i));
+    // Every pixel decoded (no DCT scaling): the region path against torchvision.
+    const DecodedRegion exact = decode_jpeg_region(jpeg, "x.jpg", box);
+    const torch::Tensor exact_out = crop_resize(exact.image, exact.region, out, out);
+    REQUIRE(exact_out.sizes() == theirs.sizes());
+    worst_exact = std::max(worst_exact, mean_abs_difference(exact_out, theirs));
+    CHECK(mean_abs_difference(exact_out, theirs) < 0.6);
+    // DCT-scaled as training decodes it: the region path against the whole-image path (same
+    // scale), and against torchvision.
+    const int min_w = static_cast<int>((sizes[k].first * out + box.width - 1) / box.width);
+    const int min_h = static_cast<int>((sizes[k].second * out + box.height - 1) / box.height);
+    const DecodedRegion scaled = decode_jpeg_region(jpeg, "x.jpg", box, min_w, min_h);
+    const torch::Tensor scaled_out = crop_resize(scaled.image, scaled.region, out, out);
+    const torch::Tensor whole = decode_jpeg(jpeg, "x.jpg", min_w, min_h);
+    const double wx = static_cast<double>(whole.size(1)) / static_cast<double>(sizes[k].first);
+    const double wy = static_cast<double>(whole.size(0)) / static_cast<double>(sizes[k].second);
+    const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(box.x) * wx));
+    const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(box.y) * wy));
+    const torch::Tensor whole_out = crop_resize(whole, {x0, y0, scaled.region.width, scaled.region.height}, out, out);
+    worst_scaled_vs_whole = std::max(worst_scaled_vs_whole, mean_abs_difference(scaled_out, whole_out));
+    worst_scaled_vs_torchvision = std::max(worst_scaled_vs_torchvision, mean_abs_difference(scaled_out, theirs));
+    CHECK(mean_abs_difference(scaled_out, whole_out) < 0.6);
+    CHECK(mean_abs_difference(scaled_out, theirs) < 4.0);  // DCT scaling's own difference, as the whole-image path has
+  }
+  WARN("mean grey-level difference, worst box: region (full size) vs torchvision " << worst_exact << ", region vs whole (DCT-scaled) "
+                                                                                 << worst_scaled_vs_whole << ", region (DCT-scaled) vs torchvision "
+                                                                                 << worst_scaled_vs_torchvision);
+  // decode_and_transform: the same crops, flips and sizes with and without region decoding.
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    INFO("seed " << seed);
+    const auto train = ImageTransformOptions().size(112).train(true);
+    const torch::Tensor roi = decode_and_transform(jpegs[2], "x.jpg", train, seed);
+    const torch::Tensor whole = decode_and_transform(jpegs[2], "x.jpg", ImageTransformOptions(train).roi_decode(false), seed);
+    REQUIRE(roi.sizes() == whole.sizes());
+    CHECK(mean_abs_difference(roi, whole) < 0.6);
+  }
+}
+
+TEST_CASE("validation is torchvision-exact by default; DCT scaling and region decoding only when asked for", "[transforms][roi]") {
+  const std::string jpeg = encode_jpeg(test_image(512, 600), 90);
+  const auto val = ImageTransformOptions().size(224).train(false);
+  CHECK_FALSE(val.uses_dct_scaling());
+  CHECK(ImageTransformOptions().train(true).uses_dct_scaling());
+  const torch::Tensor exact = decode_and_transform(jpeg, "x.jpg", ImageTransformOptions(val).dct_scaling(false), 0);
+  CHECK(torch::equal(decode_and_transform(jpeg, "x.jpg", val, 0), exact));
+  CHECK(torch::equal(decode_and_transform(jpeg, "x.jpg", ImageTransformOptions(val).roi_decode(false), 0), exact));
+  // The fast validation path: the centre crop's box decoded at a reduced size.
+  const torch::Tensor fast = decode_and_transform(jpeg, "x.jpg", ImageTransformOptions(val).dct_scaling(true), 0);
+  const torch::Tensor fast_whole = decode_and_transform(jpeg, "x.jpg", ImageTransformOptions(val).dct_scaling(true).roi_decode(false), 0);
+  REQUIRE(fast.sizes() == exact.sizes());
+  CHECK(mean_abs_difference(fast, fast_whole) < 0.6);
+  CHECK(mean_abs_difference(fast, exact) < 4.0);
+}

@@ -37,6 +37,10 @@ struct TrainerOptions {
   /// with NonFiniteError at the next log line, checkpoint or the fit's end, and no checkpoint is
   /// written from non-finite weights. Off: training goes on, as LibTorch alone would.
   TORCH_ARG(bool, stop_on_nonfinite_loss) = true;
+  /// ATen intra-op threads of the training thread during the fit (after the CPU smoke test);
+  /// 0 = automatic: on CUDA with loader workers, the cores they leave; else unchanged
+  /// (CpuThreadsPolicy, which add_policies adds).
+  TORCH_ARG(int64_t, cpu_threads) = 0;
 
  public:  // TORCH_ARG leaves the struct in private:
   /// Throws OptionError naming the bad field and value.

@@ -25,6 +25,7 @@ struct ConvertResult {
   std::vector<ShardInfo> shards;
   std::vector<std::string> classes;  // image folders
   std::vector<std::string> skipped;  // files passed over, with the reason (never silently)
+  std::vector<std::string> warnings;  // converted, but worth knowing (logged too), naming the file
 };
 
 ConvertResult convert_image_folder(const std::filesystem::path& root, ShardWriter& out);

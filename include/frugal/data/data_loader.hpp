@@ -4,7 +4,8 @@
 // With num_replicas > 1 each replica (rank) reads a disjoint, equally sized share of every
 // epoch, as torch.utils.data.DistributedSampler does. With num_workers > 0, worker threads make
 // the next batches (read, decode, collate, pin) while the current one trains; batches still come
-// out in order, so the result is the same for any number of workers.
+// out in order, so the result is the same for any number of workers. Each worker runs its tensor
+// work on worker_threads threads (1 by default), and batches are collated into reused buffers.
 //
 //   frugal::DataLoader loader(dataset, frugal::DataLoaderOptions().batch_size(32).seed(7));
 //   loader.start_epoch(0);
@@ -23,6 +24,7 @@
 namespace frugal {
 namespace detail {
 class BatchPrefetcher;
+class BatchBuffers;
 }
 
 struct DataLoaderOptions {
@@ -41,6 +43,9 @@ struct DataLoaderOptions {
   /// Threads that make batches ahead of the training loop; 0 makes each batch on the caller's
   /// thread when it is asked for.
   TORCH_ARG(int64_t, num_workers) = 0;
+  /// ATen intra-op threads of each worker (the decode's resize, the collate's copies); 0 = the
+  /// process's setting, which lets every worker start a parallel team as wide as the machine.
+  TORCH_ARG(int64_t, worker_threads) = 1;
   /// Batches made ahead of the one being used (ready or in the making), with workers.
   TORCH_ARG(int64_t, prefetch_batches) = 4;
   /// Copy batches into page-locked memory in the workers, so the copy to a GPU is asynchronous
@@ -115,6 +120,7 @@ class DataLoader {
   int64_t batch_index_ = 0;
   double wait_seconds_ = 0.0;
   std::optional<torch::Device> copy_to_;
+  std::shared_ptr<detail::BatchBuffers> buffers_;  // batches collated into reused memory
   std::unique_ptr<detail::BatchPrefetcher> prefetcher_;
 };
 

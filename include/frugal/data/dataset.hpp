@@ -15,12 +15,19 @@
 #include "frugal/data/batch.hpp"
 
 namespace frugal {
+namespace detail {
+class BatchBuffers;
+}
 
 /// What a loader knows when it asks for a batch: datasets with per-epoch choices (an augmented
 /// variant, a random transform seeded per sample) use it to stay deterministic.
 struct FetchContext {
   int64_t epoch = 0;
   int64_t seed = 0;
+  /// A loader's reused batch buffers, for datasets that collate decoded samples (null: fresh
+  /// tensors); `pinned`: the loader wants page-locked batches.
+  std::shared_ptr<detail::BatchBuffers> buffers;
+  bool pinned = false;
 };
 
 class Dataset {

@@ -68,6 +68,10 @@ class ShardedDataset : public Dataset {
   /// The raw sample at `index` as epoch `context.epoch` presents it (its variant chosen).
   Sample read_sample(int64_t index, const FetchContext& context = {}) const;
   const std::string& key(int64_t index) const;
+  /// The shard file and byte offset of sample `index` (for error messages).
+  std::pair<std::filesystem::path, int64_t> location(int64_t index) const;
+  /// Counts a sample a batch left out as corrupt (on_corrupt = skip), for samples_skipped().
+  void count_skipped() const { ++samples_skipped_; }
   const std::vector<ShardIndex>& shards() const { return shards_; }
   const ShardedDatasetOptions& options() const { return options_; }
 

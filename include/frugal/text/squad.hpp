@@ -33,6 +33,13 @@ struct SquadExample {
   std::vector<SquadAnswer> answers;
 };
 
+/// Whether `text` is what `context` holds at character `start` (SQuAD's answer_start counts
+/// characters, not bytes). Real files have a few answers that are not: their span is still trained on.
+bool answer_matches_context(const std::string& context, const std::string& text, int64_t start);
+
+/// The number of characters (code points) of UTF-8 `text`.
+int64_t utf8_length(const std::string& text);
+
 /// Every question of a SQuAD v1.1 file; a DataError names the file and the JSON path
 /// ("$.data[0].paragraphs[2].qas[1].answers[0].answer_start: expected an integer").
 std::vector<SquadExample> read_squad(const std::filesystem::path& file);

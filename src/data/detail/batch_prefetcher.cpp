@@ -2,13 +2,14 @@
 
 #include <c10/util/StringUtil.h>
 
+#include "data/detail/intra_op_limit.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal::detail {
 
-BatchPrefetcher::BatchPrefetcher(int64_t workers, int64_t depth) : depth_(depth) {
+BatchPrefetcher::BatchPrefetcher(int64_t workers, int64_t depth, int64_t threads_per_worker) : depth_(depth) {
   threads_.reserve(static_cast<size_t>(workers));
-  for (int64_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  for (int64_t i = 0; i < workers; ++i) threads_.emplace_back([this, threads_per_worker] { work(threads_per_worker); });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {
@@ -60,7 +61,8 @@ PreparedBatch BatchPrefetcher::take(int64_t index) {
   return std::get<PreparedBatch>(std::move(result));
 }
 
-void BatchPrefetcher::work() {
+void BatchPrefetcher::work(int64_t threads) {
+  const IntraOpLimit limit(threads);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [this] { return shutdown_ || (make_ && next_ < end_ && next_ < taken_ + depth_); });

@@ -1,7 +1,8 @@
 #pragma once
 // Worker threads that make batches ahead of the consumer, at most `depth` beyond the last one
 // taken. Batches are handed out strictly by index, so what the consumer sees never depends on
-// how many workers there are or which finished first.
+// how many workers there are or which finished first. Each worker caps its own intra-op threads,
+// so N workers do not start N parallel teams as wide as the machine.
 
 #include <condition_variable>
 #include <cstdint>
@@ -21,7 +22,8 @@ class BatchPrefetcher {
  public:
   using MakeBatch = std::function<PreparedBatch(int64_t batch_index)>;
 
-  BatchPrefetcher(int64_t workers, int64_t depth);
+  /// Each worker's ATen ops use at most `threads_per_worker` threads (0: the process's setting).
+  BatchPrefetcher(int64_t workers, int64_t depth, int64_t threads_per_worker = 0);
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
@@ -35,7 +37,7 @@ class BatchPrefetcher {
   bool running() const;
 
  private:
-  void work();
+  void work(int64_t threads);
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -24,7 +24,7 @@ Batch decode_samples(const std::vector<int64_t>& indices, const std::function<Sa
     }
   }
   if (examples.empty()) throw DataError("batch", -1, "every sample of the batch was corrupt; the last: " + last_error);
-  return collate(examples);
+  return collate_into(examples, context.buffers.get(), context.pinned);
 }
 
 }  // namespace frugal::detail

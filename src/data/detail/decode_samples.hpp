@@ -10,6 +10,11 @@
 
 namespace frugal::detail {
 
+class BatchBuffers;
+
+/// collate() into `buffers` (null: fresh tensors), page-locked when `pinned`.
+Batch collate_into(const std::vector<Batch>& examples, BatchBuffers* buffers, bool pinned);
+
 Batch decode_samples(const std::vector<int64_t>& indices, const std::function<Sample(int64_t)>& read,
                      const SampleDecoder& decode, const FetchContext& context, OnCorrupt on_corrupt,
                      std::atomic<int64_t>& skipped);

@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 
+#include "data/detail/batch_buffers.hpp"
+
 namespace frugal::detail {
 namespace {
 
@@ -19,20 +21,38 @@ void for_each_tensor(const Batch& batch, const std::function<void(const torch::T
   }
 }
 
-}  // namespace
-
-PreparedBatch copy_to_device_async(const Batch& batch, const torch::Device& device) {
-  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
-  c10::cuda::CUDAGuard device_guard(index);
-  // One side stream per worker thread and device, from the pool (never the default stream).
+// One side stream per worker thread and device, from the pool (never the default stream).
+c10::cuda::CUDAStream side_stream(c10::DeviceIndex index) {
   thread_local std::optional<c10::cuda::CUDAStream> side;
   if (!side || side->device_index() != index) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+  return *side;
+}
+
+c10::DeviceIndex index_of(const torch::Device& device) { return device.has_index() ? device.index() : c10::cuda::current_device(); }
+
+}  // namespace
+
+Batch on_side_stream(const torch::Device& device, const std::function<Batch()>& make) {
+  const c10::DeviceIndex index = index_of(device);
+  c10::cuda::CUDAGuard device_guard(index);
+  c10::cuda::CUDAStreamGuard stream_guard(side_stream(index));
+  return make();
+}
+
+PreparedBatch copy_to_device_async(const Batch& batch, const torch::Device& device, BatchBuffers* buffers) {
+  const c10::DeviceIndex index = index_of(device);
+  c10::cuda::CUDAGuard device_guard(index);
+  const c10::cuda::CUDAStream side = side_stream(index);
   Batch on_device;
   auto copied = std::make_shared<at::cuda::CUDAEvent>();
   {
-    c10::cuda::CUDAStreamGuard stream_guard(*side);
+    c10::cuda::CUDAStreamGuard stream_guard(side);
     on_device = batch.pin_memory().to(torch::Device(torch::kCUDA, index), /*non_blocking=*/true);
-    copied->record(*side);
+    copied->record(side);
+  }
+  // The copy reads the host batch after this returns: its reused buffers wait for the event.
+  if (buffers != nullptr) {
+    for_each_tensor(batch, [&](const torch::Tensor& t) { buffers->hold_until(t, [copied] { return copied->query(); }); });
   }
   PreparedBatch prepared{on_device, {}};
   prepared.before_use = [copied, on_device, index] {

@@ -18,7 +18,15 @@ struct PreparedBatch {
   std::function<void()> before_use;
 };
 
+class BatchBuffers;
+
+/// Runs `make` (a dataset's fetch) with the calling worker's side stream current on `device`, so
+/// device work the dataset queues (GPU decoding) is ordered before the copy's event, which the
+/// consumer waits on.
+Batch on_side_stream(const torch::Device& device, const std::function<Batch()>& make);
+
 /// Issues a non-blocking copy of `batch` (pinned) to `device` on the calling thread's side stream.
-PreparedBatch copy_to_device_async(const Batch& batch, const torch::Device& device);
+/// Host buffers of `buffers` in the batch are not reused before the copy has read them.
+PreparedBatch copy_to_device_async(const Batch& batch, const torch::Device& device, BatchBuffers* buffers = nullptr);
 
 }  // namespace frugal::detail

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
 
+#include "data/image/detail/jpeg_scaling.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
@@ -43,19 +45,6 @@ tjhandle compressor() {
 
 std::string reason(tjhandle h) { return tjGetErrorStr2(h); }
 
-// Adobe's CMYK as stored (inverted: 255 = no ink) to RGB with Pillow's arithmetic (Convert.c,
-// cmyk2rgb on the values its "CMYK;I" raw mode gives): r = (255 - k) - c (255 - k) / 255, rounded
-// as its MULDIV255, with c and k as amounts of ink.
-void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int64_t pixels) {
-  for (int64_t i = 0; i < pixels; ++i, cmyk += 4, rgb += 3) {
-    const int nk = cmyk[3];  // 255 - k
-    for (int c = 0; c < 3; ++c) {
-      const int tmp = (255 - cmyk[c]) * nk + 128;
-      rgb[c] = static_cast<uint8_t>(std::clamp(nk - (((tmp >> 8) + tmp) >> 8), 0, 255));
-    }
-  }
-}
-
 }  // namespace
 
 JpegSize jpeg_size(std::string_view bytes, const std::string& where) {
@@ -80,29 +69,89 @@ void set_max_image_pixels(int64_t pixels) {
 
 int64_t max_image_pixels() { return max_pixels; }
 
-torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int min_width, int min_height) {
-  const JpegSize full = jpeg_size(bytes, where);
-  // Before any allocation: a 631-byte file can claim 65500 x 65500 pixels (a decompression bomb).
-  if (int64_t{full.width} * full.height > max_pixels) {
-    fail(where, c10::str("image of ", full.width, " x ", full.height, " pixels is above the limit of ", max_pixels.load(),
-                         " (a decompression bomb?); raise it with frugal::set_max_image_pixels"));
-  }
-  int width = full.width, height = full.height;
-  if (min_width > 0 || min_height > 0) {
-    int count = 0;
-    const tjscalingfactor* factors = tjGetScalingFactors(&count);
-    // Keep the smallest scaled size that is still big enough, among 1/2, 1/4 and 1/8: those have
-    // SIMD inverse DCTs; the other eighths (7/8, 3/4 ...) are plain C and decode slower than full
-    // size (measured: 447 vs 517 img/s/core for ImageNet-sized crops).
-    for (int i = 0; i < count; ++i) {
-      const int w = TJSCALED(full.width, factors[i]), h = TJSCALED(full.height, factors[i]);
-      const bool fast = factors[i].num == 1 && (factors[i].denom == 2 || factors[i].denom == 4 || factors[i].denom == 8);
-      if (fast && w >= min_width && h >= min_height && int64_t{w} * h < int64_t{width} * height) {
-        width = w;
-        height = h;
-      }
+namespace detail {
+
+DctScale fast_dct_scale(int width, int height, int min_width, int min_height) {
+  DctScale best;
+  if (min_width <= 0 && min_height <= 0) return best;
+  int64_t best_pixels = int64_t{width} * height;
+  for (const int denom : {2, 4, 8}) {
+    const DctScale scale{1, denom};
+    const int w = scaled_size(width, scale), h = scaled_size(height, scale);
+    if (w >= min_width && h >= min_height && int64_t{w} * h < best_pixels) {
+      best = scale;
+      best_pixels = int64_t{w} * h;
     }
   }
+  return best;
+}
+
+int scaled_size(int size, DctScale scale) { return static_cast<int>((int64_t{size} * scale.num + scale.denom - 1) / scale.denom); }
+
+CropBox scale_box(const CropBox& box, int full_width, int full_height, int scaled_width, int scaled_height) {
+  if (scaled_width == full_width && scaled_height == full_height) return box;
+  const double sx = static_cast<double>(scaled_width) / full_width, sy = static_cast<double>(scaled_height) / full_height;
+  const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(box.x) * sx));
+  const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(box.y) * sy));
+  const int64_t x1 = std::min<int64_t>(scaled_width, static_cast<int64_t>(std::ceil(static_cast<double>(box.x + box.width) * sx)));
+  const int64_t y1 = std::min<int64_t>(scaled_height, static_cast<int64_t>(std::ceil(static_cast<double>(box.y + box.height) * sy)));
+  return {x0, y0, std::max<int64_t>(1, x1 - x0), std::max<int64_t>(1, y1 - y0)};
+}
+
+std::string pixel_limit_problem(int width, int height) {
+  // Checked before any allocation: a 631-byte file can claim 65500 x 65500 pixels (a decompression bomb).
+  if (int64_t{width} * height <= max_pixels) return "";
+  return c10::str("image of ", width, " x ", height, " pixels is above the limit of ", max_pixels.load(),
+                  " (a decompression bomb?); raise it with frugal::set_max_image_pixels");
+}
+
+bool has_end_marker(const unsigned char* data, size_t size, size_t from) {
+  for (size_t i = size; i >= from + 2; --i) {
+    if (data[i - 2] == 0xFF && data[i - 1] == 0xD9) return true;
+  }
+  return false;
+}
+
+size_t first_scan_offset(const unsigned char* data, size_t size) {
+  size_t at = 2;  // after SOI
+  while (at + 4 <= size) {
+    if (data[at] != 0xFF) return 0;
+    const unsigned char marker = data[at + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++at;
+      continue;
+    }
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {  // markers without a length
+      at += 2;
+      continue;
+    }
+    const size_t length = (size_t{data[at + 2]} << 8) | data[at + 3];
+    if (length < 2) return 0;
+    if (marker == 0xDA) return std::min(size, at + 2 + length);
+    at += 2 + length;
+  }
+  return 0;
+}
+
+// Pillow's Convert.c (cmyk2rgb on the values its "CMYK;I" raw mode gives): r = (255 - k) - c (255
+// - k) / 255, rounded as its MULDIV255, with c and k as amounts of ink.
+void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int64_t pixels) {
+  for (int64_t i = 0; i < pixels; ++i, cmyk += 4, rgb += 3) {
+    const int nk = cmyk[3];  // 255 - k
+    for (int c = 0; c < 3; ++c) {
+      const int tmp = (255 - cmyk[c]) * nk + 128;
+      rgb[c] = static_cast<uint8_t>(std::clamp(nk - (((tmp >> 8) + tmp) >> 8), 0, 255));
+    }
+  }
+}
+
+}  // namespace detail
+
+torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int min_width, int min_height) {
+  const JpegSize full = jpeg_size(bytes, where);
+  if (const std::string problem = detail::pixel_limit_problem(full.width, full.height); !problem.empty()) fail(where, problem);
+  const detail::DctScale scale = detail::fast_dct_scale(full.width, full.height, min_width, min_height);
+  const int width = detail::scaled_size(full.width, scale), height = detail::scaled_size(full.height, scale);
   // CMYK and YCCK JPEGs (ImageNet has some) decode to CMYK, then to RGB as Pillow converts them.
   torch::Tensor out = torch::empty({height, width, full.cmyk ? 4 : 3}, torch::kUInt8);
   tjhandle h = decompressor();
@@ -118,7 +167,7 @@ torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int 
   }
   if (full.cmyk) {
     torch::Tensor rgb = torch::empty({height, width, 3}, torch::kUInt8);
-    cmyk_to_rgb(out.data_ptr<uint8_t>(), rgb.data_ptr<uint8_t>(), int64_t{width} * height);
+    detail::cmyk_to_rgb(out.data_ptr<uint8_t>(), rgb.data_ptr<uint8_t>(), int64_t{width} * height);
     return rgb;
   }
   return out;

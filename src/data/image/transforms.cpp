@@ -9,6 +9,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "data/image/detail/jpeg_scaling.hpp"
 #include "frugal/data/image/jpeg.hpp"
 #include "frugal/errors.hpp"
 
@@ -68,8 +69,10 @@ torch::Tensor crop_resize(const torch::Tensor& image, const CropBox& box, int64_
   const torch::Tensor crop = image.slice(0, box.y, box.y + box.height).slice(1, box.x, box.x + box.width);
   if (box.width == out_width && box.height == out_height) return crop.contiguous();
   // [1, C, H, W] with channels-last strides: ATen's uint8 antialiased bilinear kernel works on
-  // this layout directly (no float conversion, no transposes).
-  const torch::Tensor nchw = crop.contiguous().permute({2, 0, 1}).unsqueeze(0);
+  // this layout directly (no float conversion, no transposes). The batch dimension goes first so
+  // that its stride makes the view channels-last contiguous: unsqueezed after the permute, the
+  // view fails ATen's layout check and takes the generic kernel, 2.7x slower.
+  const torch::Tensor nchw = crop.contiguous().unsqueeze(0).permute({0, 3, 1, 2});
   const torch::Tensor resized = torch::_upsample_bilinear2d_aa(nchw, {out_height, out_width}, /*align_corners=*/false);
   return resized.squeeze(0).permute({1, 2, 0}).contiguous();
 }
@@ -86,49 +89,66 @@ void ImageTransformOptions::validate() const {
   }
 }
 
-namespace {
-
-// Validation: the whole image resized (shorter side size / center_fraction), then the centre crop.
-torch::Tensor resize_and_center_crop(std::string_view jpeg, const std::string& where, const JpegSize& full,
-                                     const ImageTransformOptions& options) {
-  const int64_t resize = std::max<int64_t>(options.size(), std::lround(static_cast<double>(options.size()) / options.center_fraction()));
-  const ResizeCenterCrop plan = resize_center_crop(full.width, full.height, resize, options.size());
-  const int min_width = options.dct_scaling() ? static_cast<int>(plan.resized_width) : 0;
-  const int min_height = options.dct_scaling() ? static_cast<int>(plan.resized_height) : 0;
-  const torch::Tensor image = decode_jpeg(jpeg, where, min_width, min_height);
-  const torch::Tensor resized = crop_resize(image, {0, 0, image.size(1), image.size(0)}, plan.resized_width, plan.resized_height);
+ImageCrop plan_image_crop(int64_t width, int64_t height, const ImageTransformOptions& options, uint64_t seed) {
+  ImageCrop crop;
+  const int64_t out = options.size();
+  if (options.train()) {
+    std::mt19937_64 rng(seed);
+    crop.box = random_resized_crop_box(width, height, rng, options.min_scale());
+    crop.flip = options.flip() && (rng() & 1U) != 0;
+    if (options.uses_dct_scaling()) {  // the decoded crop must keep at least out x out pixels
+      crop.min_width = static_cast<int>((width * out + crop.box.width - 1) / crop.box.width);
+      crop.min_height = static_cast<int>((height * out + crop.box.height - 1) / crop.box.height);
+    }
+    return crop;
+  }
+  // Validation: the whole image resized (shorter side size / center_fraction), then the centre crop.
+  const int64_t resize = std::max<int64_t>(out, std::lround(static_cast<double>(out) / options.center_fraction()));
+  const ResizeCenterCrop plan = resize_center_crop(width, height, resize, out);
   const CropBox& c = plan.crop;
-  // resize >= size: the resized image always holds the whole crop.
-  return resized.slice(0, c.y, c.y + c.height).slice(1, c.x, c.x + c.width).contiguous().permute({2, 0, 1});
+  if (!options.uses_dct_scaling()) {  // exact: torchvision's pixels
+    crop.box = c;
+    crop.resized_width = plan.resized_width;
+    crop.resized_height = plan.resized_height;
+    return crop;
+  }
+  // Fast, approximate: the centre crop's box mapped back to the image, decoded at a reduced size
+  // and resized to the output directly.
+  const double sx = static_cast<double>(width) / static_cast<double>(plan.resized_width);
+  const double sy = static_cast<double>(height) / static_cast<double>(plan.resized_height);
+  const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(c.x) * sx));
+  const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(c.y) * sy));
+  const int64_t x1 = std::min<int64_t>(width, static_cast<int64_t>(std::ceil(static_cast<double>(c.x + c.width) * sx)));
+  const int64_t y1 = std::min<int64_t>(height, static_cast<int64_t>(std::ceil(static_cast<double>(c.y + c.height) * sy)));
+  crop.box = {x0, y0, std::max<int64_t>(1, x1 - x0), std::max<int64_t>(1, y1 - y0)};
+  crop.min_width = static_cast<int>(plan.resized_width);
+  crop.min_height = static_cast<int>(plan.resized_height);
+  return crop;
 }
-
-}  // namespace
 
 torch::Tensor decode_and_transform(std::string_view jpeg, const std::string& where, const ImageTransformOptions& options,
                                    uint64_t seed) {
   const JpegSize full = jpeg_size(jpeg, where);
   if (full.width < 1 || full.height < 1) throw DataError(where, -1, c10::str("JPEG header gives an empty image (", full.width, "x", full.height, ")"));
   const int64_t out = options.size();
-  if (!options.train()) return resize_and_center_crop(jpeg, where, full, options);
-  std::mt19937_64 rng(seed);
-  const CropBox box = random_resized_crop_box(full.width, full.height, rng, options.min_scale());
-  int min_width = 0, min_height = 0;
-  if (options.dct_scaling()) {  // the decoded crop must keep at least out x out pixels
-    min_width = static_cast<int>((full.width * out + box.width - 1) / box.width);
-    min_height = static_cast<int>((full.height * out + box.height - 1) / box.height);
+  const ImageCrop crop = plan_image_crop(full.width, full.height, options, seed);
+  torch::Tensor result;
+  if (crop.resized_width > 0) {
+    // Exact validation: every pixel decoded, the whole image resized, then cropped (resize >=
+    // size: the resized image always holds the whole crop).
+    const torch::Tensor image = decode_jpeg(jpeg, where);
+    const torch::Tensor resized = crop_resize(image, {0, 0, image.size(1), image.size(0)}, crop.resized_width, crop.resized_height);
+    const CropBox& c = crop.box;
+    result = resized.slice(0, c.y, c.y + c.height).slice(1, c.x, c.x + c.width).contiguous();
+  } else if (options.roi_decode()) {
+    const DecodedRegion decoded = decode_jpeg_region(jpeg, where, crop.box, crop.min_width, crop.min_height);
+    result = crop_resize(decoded.image, decoded.region, out, out);
+  } else {
+    const torch::Tensor image = decode_jpeg(jpeg, where, crop.min_width, crop.min_height);
+    const CropBox scaled = detail::scale_box(crop.box, full.width, full.height, static_cast<int>(image.size(1)), static_cast<int>(image.size(0)));
+    result = crop_resize(image, scaled, out, out);
   }
-  const torch::Tensor image = decode_jpeg(jpeg, where, min_width, min_height);
-  CropBox scaled = box;
-  if (image.size(1) != full.width || image.size(0) != full.height) {
-    // The box in the reduced image's pixels, widened to whole pixels.
-    const double sx = static_cast<double>(image.size(1)) / full.width, sy = static_cast<double>(image.size(0)) / full.height;
-    const auto x0 = static_cast<int64_t>(std::floor(box.x * sx)), y0 = static_cast<int64_t>(std::floor(box.y * sy));
-    const int64_t x1 = std::min<int64_t>(image.size(1), static_cast<int64_t>(std::ceil((box.x + box.width) * sx)));
-    const int64_t y1 = std::min<int64_t>(image.size(0), static_cast<int64_t>(std::ceil((box.y + box.height) * sy)));
-    scaled = {x0, y0, std::max<int64_t>(1, x1 - x0), std::max<int64_t>(1, y1 - y0)};
-  }
-  torch::Tensor result = crop_resize(image, scaled, out, out);
-  if (options.train() && options.flip() && (rng() & 1U)) result = horizontal_flip(result);
+  if (crop.flip) result = horizontal_flip(result);
   return result.permute({2, 0, 1});  // CHW view of HWC memory: stacking it gives a channels-last batch
 }
 

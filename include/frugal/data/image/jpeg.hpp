@@ -6,11 +6,14 @@
 //   torch::Tensor rgb = frugal::decode_jpeg(bytes, "cat.jpg");            // uint8 [H, W, 3]
 //   torch::Tensor small = frugal::decode_jpeg(bytes, "cat.jpg", 64, 64);  // >= 64x64, maybe 1/8 size
 //   std::string again = frugal::encode_jpeg(rgb, 90);
+//   frugal::DecodedRegion part = frugal::decode_jpeg_region(bytes, "cat.jpg", {40, 30, 200, 150}, 112, 84);
 
 #include <torch/types.h>
 
 #include <string>
 #include <string_view>
+
+#include "frugal/data/image/crop_box.hpp"
 
 namespace frugal {
 
@@ -26,6 +29,27 @@ JpegSize jpeg_size(std::string_view bytes, const std::string& where);
 /// Decodes to uint8 RGB [H, W, 3]. With a minimum size, the largest DCT scaling that keeps both
 /// sides at least that big is used. A corrupt image throws DataError naming `where`.
 torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int min_width = 0, int min_height = 0);
+
+/// A region of a JPEG decoded on its own (decode_jpeg_region).
+struct DecodedRegion {
+  /// uint8 RGB [h, w, 3]: the rows of the region and the whole MCU columns around it, at the
+  /// chosen DCT scaling.
+  torch::Tensor image;
+  /// The region asked for, in `image`'s pixels (scaled and widened to whole pixels).
+  CropBox region;
+  /// The whole image's size at the chosen scaling.
+  int scaled_width = 0;
+  int scaled_height = 0;
+};
+
+/// Decodes only what `region` (in the full image's pixels) needs: rows above it are skipped
+/// without colour conversion or inverse DCT, rows below are never read, and only the MCU columns
+/// it covers are transformed (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline). DCT
+/// scaling as decode_jpeg's (the whole image at least min_width x min_height). The pixels equal a
+/// whole decode's in the region, up to the upsampled chroma at its edges. Errors as decode_jpeg's,
+/// also for damage outside the region (a file without its end marker is refused).
+DecodedRegion decode_jpeg_region(std::string_view bytes, const std::string& where, const CropBox& region, int min_width = 0,
+                                 int min_height = 0);
 
 /// The most pixels (width x height, by the header) an image may have; larger ones are refused by
 /// decode_jpeg with a DataError naming the file, before anything is allocated. Default 89,478,485,

@@ -15,19 +15,14 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 
-namespace frugal {
+#include "frugal/data/image/crop_box.hpp"
 
-/// A region of an image in pixels.
-struct CropBox {
-  int64_t x = 0;
-  int64_t y = 0;
-  int64_t width = 0;
-  int64_t height = 0;
-};
+namespace frugal {
 
 /// torchvision RandomResizedCrop.get_params: up to 10 tries of an area fraction in `scale` and a
 /// log-uniform aspect ratio in `ratio`, then a centred crop of the nearest allowed ratio.
@@ -63,14 +58,39 @@ struct ImageTransformOptions {
   /// Validation: the centre crop's share of the resized shorter side (224/256).
   TORCH_ARG(double, center_fraction) = 0.875;
   TORCH_ARG(bool, flip) = true;
-  /// Decode at a reduced size when the crop allows it. Off: every pixel decoded, as Pillow does,
-  /// which validation wants to reproduce published torchvision accuracies exactly.
-  TORCH_ARG(bool, dct_scaling) = true;
+  /// Decode at a reduced size (DCT scaling) when the crop allows it. Unset: on for training, off
+  /// for validation, where every pixel is decoded as Pillow does, so that published torchvision
+  /// accuracies reproduce exactly (with it, about 2.5 grey levels mean off torchvision's).
+  TORCH_ARG(std::optional<bool>, dct_scaling) = std::nullopt;
+  /// Decode only the rows and MCU columns the crop needs (decode_jpeg_region): the training crop,
+  /// and the validation centre crop when DCT scaling is on (the exact validation path resizes the
+  /// whole image, so it decodes it whole).
+  TORCH_ARG(bool, roi_decode) = true;
 
- public:
+ public:  // TORCH_ARG leaves the struct in private:
+  /// DCT scaling as it applies: the option if set, else on for training only.
+  bool uses_dct_scaling() const { return dct_scaling().value_or(train()); }
   /// Throws OptionError naming the bad field and value.
   void validate() const;
 };
+
+/// One image's crop as decode_and_transform chooses it from the header's size and the seed.
+struct ImageCrop {
+  /// The box in the image's pixels; for validation's exact path, in the resized image's pixels.
+  CropBox box;
+  bool flip = false;
+  /// Validation's exact path: the whole image is resized to resized_width x resized_height
+  /// first, then `box` is cut. 0: `box` of the image is resized to the output directly.
+  int64_t resized_width = 0;
+  int64_t resized_height = 0;
+  /// DCT scaling: the smallest whole-image size the decode may reduce to (0: every pixel).
+  int min_width = 0;
+  int min_height = 0;
+};
+
+/// The crop of a width x height image for `seed`: RandomResizedCrop and a flip for training, the
+/// centre crop for validation. CPU and GPU paths both use it, so they see the same crops.
+ImageCrop plan_image_crop(int64_t width, int64_t height, const ImageTransformOptions& options, uint64_t seed);
 
 /// Decodes a JPEG and applies the training or validation transform; uint8 [3, size, size]. A
 /// corrupt image throws DataError naming `where`.

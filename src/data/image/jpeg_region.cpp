@@ -1,0 +1,170 @@
+// decode_jpeg_region: libjpeg-turbo's libjpeg API (TurboJPEG 2.1 has no cropping), with its
+// setjmp error handling kept to two C-style phases that hold no C++ object with a destructor.
+#include <c10/util/StringUtil.h>
+#include <torch/torch.h>
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+// jpeglib.h needs size_t and FILE declared first.
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "data/image/detail/jpeg_scaling.hpp"
+#include "frugal/data/image/jpeg.hpp"
+#include "frugal/errors.hpp"
+
+namespace frugal {
+namespace {
+
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;  // "Premature end of JPEG file": the data ran out
+};
+
+extern "C" void on_error(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings such as extraneous bytes before a marker are common in real photos and harmless
+// (Pillow and the whole-image decoder accept them); running out of data is not.
+extern "C" void on_message(j_common_ptr cinfo, int level) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  if (level >= 0) return;  // trace messages
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF && !err->truncated) {
+    err->truncated = true;
+    (*cinfo->err->format_message)(cinfo, err->message);
+  }
+}
+
+struct Plan {
+  int denom = 1;
+  bool cmyk = false;
+  CropBox box;  // in scaled pixels
+  // Set by start(): the first output column and the width after jpeg_crop_scanline.
+  JDIMENSION x_offset = 0;
+  JDIMENSION width = 0;
+  JDIMENSION scaled_width = 0;
+  JDIMENSION scaled_height = 0;
+  size_t scan_start = 0;  // where the entropy-coded data begins
+  int64_t rows_read = 0;  // of the box, by read_rows()
+};
+
+// Phase 1: header, scaling, output colour space, start, column crop. False: err->message says why.
+bool start(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char* data, size_t size, Plan* plan) {
+  if (setjmp(err->jump) != 0) return false;
+  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(cinfo, TRUE);
+  plan->scan_start = static_cast<size_t>(cinfo->src->next_input_byte - data);
+  // The whole-image decoder's settings (TurboJPEG with TJFLAG_ACCURATEDCT): the same pixels.
+  cinfo->out_color_space = plan->cmyk ? JCS_CMYK : JCS_EXT_RGB;
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(plan->denom);
+  jpeg_start_decompress(cinfo);
+  plan->scaled_width = cinfo->output_width;
+  plan->scaled_height = cinfo->output_height;
+  if (plan->box.x + plan->box.width > static_cast<int64_t>(cinfo->output_width) ||
+      plan->box.y + plan->box.height > static_cast<int64_t>(cinfo->output_height)) {
+    std::snprintf(err->message, sizeof err->message, "the decoder's scaled size %ux%u differs from the header's",
+                  cinfo->output_width, cinfo->output_height);
+    return false;
+  }
+  plan->x_offset = static_cast<JDIMENSION>(plan->box.x);
+  plan->width = static_cast<JDIMENSION>(plan->box.width);
+  if (plan->width < cinfo->output_width) jpeg_crop_scanline(cinfo, &plan->x_offset, &plan->width);  // to whole MCU columns
+  return true;
+}
+
+// Phase 2: skip the rows above the box, read its rows into `out` (rows of `stride` bytes).
+bool read_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, Plan* plan, unsigned char* out, size_t stride) {
+  if (setjmp(err->jump) != 0) return false;
+  auto skip = static_cast<JDIMENSION>(plan->box.y);
+  while (skip > 0) {
+    const JDIMENSION skipped = jpeg_skip_scanlines(cinfo, skip);
+    if (skipped == 0) break;
+    skip -= skipped;
+  }
+  if (skip == 0) {
+    while (plan->rows_read < plan->box.height) {
+      JSAMPROW line = out + static_cast<size_t>(plan->rows_read) * stride;
+      const JDIMENSION got = jpeg_read_scanlines(cinfo, &line, 1);
+      if (got == 0) break;  // a memory source never suspends; the caller reports a short read
+      plan->rows_read += got;
+    }
+  }
+  if (cinfo->output_scanline == cinfo->output_height) {
+    jpeg_finish_decompress(cinfo);  // reads to the end marker, as a whole decode does
+  } else {
+    jpeg_abort_decompress(cinfo);
+  }
+  return true;
+}
+
+}  // namespace
+
+DecodedRegion decode_jpeg_region(std::string_view bytes, const std::string& where, const CropBox& region, int min_width,
+                                 int min_height) {
+  const JpegSize full = jpeg_size(bytes, where);
+  if (const std::string problem = detail::pixel_limit_problem(full.width, full.height); !problem.empty()) {
+    throw DataError(where, -1, problem);
+  }
+  if (region.width < 1 || region.height < 1 || region.x < 0 || region.y < 0 || region.x + region.width > full.width ||
+      region.y + region.height > full.height) {
+    throw Error(c10::str("decode_jpeg_region: region (", region.x, ", ", region.y, ", ", region.width, "x", region.height,
+                         ") is outside the ", full.width, "x", full.height, " image ", where));
+  }
+  Plan plan;
+  plan.denom = detail::fast_dct_scale(full.width, full.height, min_width, min_height).denom;
+  plan.cmyk = full.cmyk;
+  const int scaled_width = detail::scaled_size(full.width, {1, plan.denom});
+  const int scaled_height = detail::scaled_size(full.height, {1, plan.denom});
+  plan.box = detail::scale_box(region, full.width, full.height, scaled_width, scaled_height);
+
+  jpeg_decompress_struct cinfo{};
+  ErrorManager err{};
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error;
+  err.pub.emit_message = on_message;
+  jpeg_create_decompress(&cinfo);
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  auto failed = [&]() -> DataError {
+    jpeg_destroy_decompress(&cinfo);
+    return DataError(where, -1, std::string("corrupt JPEG: ") + err.message);
+  };
+  if (!start(&cinfo, &err, data, bytes.size(), &plan)) throw failed();
+  const int channels = plan.cmyk ? 4 : 3;
+  torch::Tensor out = torch::empty({plan.box.height, static_cast<int64_t>(plan.width), channels}, torch::kUInt8);
+  if (!read_rows(&cinfo, &err, &plan, out.data_ptr<uint8_t>(), static_cast<size_t>(plan.width) * channels)) throw failed();
+  if (!err.truncated && plan.rows_read < plan.box.height) {
+    std::snprintf(err.message, sizeof err.message, "only %lld of the region's %lld rows decoded",
+                  static_cast<long long>(plan.rows_read), static_cast<long long>(plan.box.height));
+    err.truncated = true;
+  }
+  if (!err.truncated && !detail::has_end_marker(data, bytes.size(), plan.scan_start)) {
+    std::snprintf(err.message, sizeof err.message, "Premature end of JPEG file (no end-of-image marker)");
+    err.truncated = true;
+  }
+  if (err.truncated) throw failed();
+  jpeg_destroy_decompress(&cinfo);
+
+  DecodedRegion decoded;
+  decoded.scaled_width = static_cast<int>(plan.scaled_width);
+  decoded.scaled_height = static_cast<int>(plan.scaled_height);
+  decoded.region = {plan.box.x - static_cast<int64_t>(plan.x_offset), 0, plan.box.width, plan.box.height};
+  if (plan.cmyk) {
+    torch::Tensor rgb = torch::empty({out.size(0), out.size(1), 3}, torch::kUInt8);
+    detail::cmyk_to_rgb(out.data_ptr<uint8_t>(), rgb.data_ptr<uint8_t>(), out.size(0) * out.size(1));
+    out = rgb;
+  }
+  decoded.image = out;
+  return decoded;
+}
+
+}  // namespace frugal
