@@ -278,8 +278,11 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   if (options.smoke_test.mode() != SmokeTestMode::off) {
     trainer.add_policy(std::make_shared<SmokeTestPolicy>(options.smoke_test));
   }
-  // After the smoke test, which keeps every core.
-  trainer.add_policy(std::make_shared<CpuThreadsPolicy>(options.trainer.cpu_threads()));
+  // After the smoke test, which keeps every core; only where it changes something (set, or a GPU
+  // run with loader workers).
+  if (options.trainer.cpu_threads() > 0 || (trainer.device().is_cuda() && trainer.data_options().num_workers() > 0)) {
+    trainer.add_policy(std::make_shared<CpuThreadsPolicy>(options.trainer.cpu_threads()));
+  }
   // After the smoke test: a rank whose smoke test fails exits before the first collective, and
   // the others then fail promptly instead of training without it.
   const World world = detect_world(process_environment());

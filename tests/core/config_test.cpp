@@ -189,6 +189,12 @@ TEST_CASE("add_policies switches on exactly the policies the options ask for", "
   Trainer plain(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(8), none.options.trainer.device("cpu").run_dir(""));
   add_policies(plain, none.options);
   CHECK(plain.policies().empty());
+  // The training thread's pool: only when set, or on a GPU run with loader workers (automatic).
+  Loaded threads({"--smoke_test.mode=off", "--throughput.enabled=false", "--progress.enabled=false", "--trainer.cpu_threads=1"}, {});
+  Trainer sized(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(8), threads.options.trainer.device("cpu").run_dir(""));
+  add_policies(sized, threads.options);
+  REQUIRE(sized.policies().size() == 1);
+  CHECK(sized.policies().front()->name() == "cpu_threads");
 }
 
 TEST_CASE("the tooling keys switch on cost, profiler and the budget's checkpoint", "[core][config]") {

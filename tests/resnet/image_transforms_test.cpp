@@ -341,7 +341,7 @@ TEST_CASE("training crops decoded by region equal the whole-image path and torch
   }
 }
 
-TEST_CASE("validation is torchvision-exact by default; DCT scaling and region decoding only when asked for", "[transforms][roi]") {
+TEST_CASE("validation is torchvision-exact by default, DCT scaling and region decoding only when asked for", "[transforms][roi]") {
   const std::string jpeg = encode_jpeg(test_image(512, 600), 90);
   const auto val = ImageTransformOptions().size(224).train(false);
   CHECK_FALSE(val.uses_dct_scaling());

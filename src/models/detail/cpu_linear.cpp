@@ -95,10 +95,31 @@ class OnednnLinear : public torch::autograd::Function<OnednnLinear> {
 
 namespace {
 
-// oneDNN is chosen and every operand is a float32 CPU tensor, outside CPU autocast (which must
-// see the ATen call to cast it).
+}  // namespace
+
+// The wheel's (2.11) mkldnn_matmul refuses float32 too, with "bf16 path needs the cpu support
+// avx_ne_convert or avx512bw ...", on CPUs without those (AVX2-only x86, such as some AMD
+// EPYCs): tried once, on a tiny product.
+bool onednn_matmul_works_here() {
+  static const bool works = [] {
+    try {
+      const torch::Tensor a = torch::ones({2, 2});
+      const torch::Tensor out = torch::empty({2, 2});
+      at::native::mkldnn_matmul(a, a, out, 0.0f, 1.0f);
+      return out.eq(2).all().item<bool>();
+    } catch (const c10::Error&) {
+      return false;
+    }
+  }();
+  return works;
+}
+
+namespace {
+
+// oneDNN is chosen, works on this CPU, and every operand is a float32 CPU tensor, outside CPU
+// autocast (which must see the ATen call to cast it).
 bool onednn_applies(std::initializer_list<const torch::Tensor*> operands) {
-  if (cpu_gemm() != CpuGemm::onednn || at::autocast::is_autocast_enabled(at::kCPU)) return false;
+  if (cpu_gemm() != CpuGemm::onednn || at::autocast::is_autocast_enabled(at::kCPU) || !onednn_matmul_works_here()) return false;
   return std::all_of(operands.begin(), operands.end(),
                      [](const torch::Tensor* t) { return t->device().is_cpu() && t->scalar_type() == torch::kFloat; });
 }

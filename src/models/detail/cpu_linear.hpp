@@ -12,6 +12,10 @@ namespace frugal::detail {
 /// Whether linear(x, weight, bias) takes oneDNN.
 bool onednn_linear_usable(const torch::Tensor& x, const torch::Tensor& weight);
 
+/// Whether LibTorch's oneDNN matmul takes float32 on this CPU (the wheel's refuses it on CPUs
+/// without avx512bw/vl/dq or avx_ne_convert); elsewhere every product goes through ATen's calls.
+bool onednn_matmul_works_here();
+
 /// x [..., in] @ weight[out, in]^T + bias [out] (bias may be undefined).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
