@@ -31,11 +31,11 @@ status=0
 
 if [ -n "${FRUGAL_GPU_REHEARSAL:-}" ]; then
   dev=cpu backend=gloo batch=4 images=8 jpegs=64 workers=2 bert_batch=2 bert_steps=4 bench_steps=2 rounds=3
-  gpu_decode=auto gpu_workers=2
+  gpu_decode=auto gpu_workers=2 resnet_size=(--model.base_channels=8 --images.size=64)
   bert_config=examples/bert_squad/tiny_config.json auto=(--auto_batch.cpu_memory_limit_mb=1500)
 else
   dev=cuda backend=nccl batch=256 images=$((256 * 60)) jpegs=12800 workers=16 bert_batch=32 bert_steps=40 bench_steps=10
-  rounds=9 bert_config=bench/gpu/bert_large_config.json auto=() gpu_decode=gpu gpu_workers=4
+  rounds=9 bert_config=bench/gpu/bert_large_config.json auto=() gpu_decode=gpu gpu_workers=4 resnet_size=()
 fi
 
 # stage NAME LIMIT_S COMMAND...: runs COMMAND with its output in $logs/NAME.txt, under `timeout`,
@@ -128,7 +128,7 @@ grep -h -E "^All tests passed|^test cases:|SKIPPED" "$logs"/tests_*.txt | sort |
 # threads (one intra-op thread each, region-of-interest decoding) and on the GPU by nvJPEG, in bf16
 # and fp16; resnet_jpeg_figures.py turns the runs into img/s and data-wait figures against synthetic.
 resnet=("$bin/frugal_resnet50" --trainer.device=$dev --data.batch_size=$batch --smoke_test.mode=off
-        --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0 --trainer.max_epochs=1)
+        --trainer.log_every_n_steps=20 --optimizer.warmup_epochs=0 --trainer.max_epochs=1 "${resnet_size[@]}")
 for p in bf16 fp16 fp32; do
   stage "resnet_synthetic_$p" 90 "${resnet[@]}" --images.source=synthetic --images.synthetic_images=$images \
     --precision.mode=$p --trainer.run_dir="$logs/resnet_synthetic_$p" && tail -n 1 "$logs/resnet_synthetic_$p.txt"
