@@ -31,11 +31,11 @@ status=0
 
 if [ -n "${FRUGAL_GPU_REHEARSAL:-}" ]; then
   dev=cpu backend=gloo batch=4 images=8 jpegs=64 workers=2 bert_batch=2 bert_steps=4 bench_steps=2 rounds=3
-  gpu_decode=auto gpu_workers=2 resnet_size=(--model.base_channels=8 --images.size=64)
+  gpu_decode=auto verify_on=cpu gpu_workers=2 resnet_size=(--model.base_channels=8 --images.size=64)
   bert_config=examples/bert_squad/tiny_config.json auto=(--auto_batch.cpu_memory_limit_mb=1500)
 else
   dev=cuda backend=nccl batch=256 images=$((256 * 60)) jpegs=12800 workers=16 bert_batch=32 bert_steps=40 bench_steps=10
-  rounds=9 bert_config=bench/gpu/bert_large_config.json auto=() gpu_decode=gpu gpu_workers=4 resnet_size=()
+  rounds=9 bert_config=bench/gpu/bert_large_config.json auto=() gpu_decode=gpu verify_on=gpu gpu_workers=4 resnet_size=()
 fi
 
 # stage NAME LIMIT_S COMMAND...: runs COMMAND with its output in $logs/NAME.txt, under `timeout`,
@@ -134,6 +134,7 @@ for p in bf16 fp16 fp32; do
     --precision.mode=$p --trainer.run_dir="$logs/resnet_synthetic_$p" && tail -n 1 "$logs/resnet_synthetic_$p.txt"
 done
 stage resnet_make_jpegs 90 "$bin/frugal_bench_resnet" make-shards build/gpu-jpeg $jpegs 1000
+stage resnet_verify_jpegs 60 "$bin/frugal-data" verify --decode --decode-on $verify_on build/gpu-jpeg && tail -n 2 "$logs/resnet_verify_jpegs.txt"
 jpeg_run=("${resnet[@]}" --images.source=shards --images.train=build/gpu-jpeg --images.val= --data.prefetch_batches=6)
 stage resnet_jpeg_cpu_bf16 90 "${jpeg_run[@]}" --precision.mode=bf16 --images.decode=cpu --data.num_workers=$workers \
   --trainer.run_dir="$logs/resnet_jpeg_cpu_bf16" && tail -n 1 "$logs/resnet_jpeg_cpu_bf16.txt"

@@ -52,4 +52,15 @@ set -e
 [ "$rc" -eq 1 ] || fail "verify --decode of a truncated image exited $rc: $(cat idecode.out)"
 grep -q "BAD IMAGE  at byte offset [0-9]*: sample '000000001'.*corrupt JPEG" idecode.out || fail "decode report: $(cat idecode.out)"
 grep -q "DAMAGED  1 of 3 samples" idecode.out || fail "decode summary: $(cat idecode.out)"
+# The same check with nvJPEG, as GPU training decodes: the same report where a GPU is; elsewhere
+# exit 2 saying why, before reading anything.
+set +e
+"$tool" verify --decode --decode-on gpu ishards > igpu.out 2> igpu.err; rc=$?
+set -e
+if [ "$rc" -eq 2 ]; then
+  grep -q "GPU JPEG decoding is unavailable" igpu.err || fail "verify on an unavailable GPU: $(cat igpu.err)"
+else
+  [ "$rc" -eq 1 ] || fail "verify --decode-on gpu of a truncated image exited $rc: $(cat igpu.out igpu.err)"
+  grep -q "BAD IMAGE  at byte offset [0-9]*: sample '000000001'.*corrupt JPEG" igpu.out || fail "GPU decode report: $(cat igpu.out)"
+fi
 echo "frugal-data CLI: all checks passed"

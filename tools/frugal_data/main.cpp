@@ -7,14 +7,18 @@
 //   frugal-data index shards/from-python     # writes the .idx.json files
 //   frugal-data verify shards/train          # reads every member; exit 1 if any shard is damaged
 //   frugal-data verify --decode shards/train # ... and decodes every JPEG (.jpg/.jpeg) member
+//   frugal-data verify --decode --decode-on gpu shards/train   # ... with nvJPEG, as GPU training decodes
 
 #include <CLI/CLI.hpp>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "frugal/data/converters.hpp"
 #include "frugal/data/dedup.hpp"
+#include "frugal/data/image/gpu_jpeg.hpp"
 #include "frugal/data/image/jpeg.hpp"
 #include "frugal/data/offline_augmentation.hpp"
 #include "frugal/data/tar_shard.hpp"
@@ -40,17 +44,27 @@ int64_t parse_size(const std::string& text) {
   return static_cast<int64_t>(value * scale);
 }
 
-// Decodes every JPEG field of `sample`; "" or the first failure.
-std::string decode_check(const frugal::Sample& sample) {
+// Decodes every JPEG field of `sample` on the CPU, or with `gpu` as GPU training decodes them
+// (nvJPEG, and libjpeg-turbo for what it refuses); "" or the first failure.
+std::string decode_check(const frugal::Sample& sample, frugal::GpuJpegDecoder* gpu) {
+  std::vector<std::string_view> jpegs;
+  std::vector<std::string> names;
   for (const auto& [ext, bytes] : sample.fields) {
     const size_t dot = ext.rfind('.');
     const std::string last = dot == std::string::npos ? ext : ext.substr(dot + 1);
     if (last != "jpg" && last != "jpeg") continue;
-    try {
-      frugal::decode_jpeg(bytes, sample.key + "." + ext);
-    } catch (const frugal::DataError& e) {
-      return e.what();
+    jpegs.emplace_back(bytes);
+    names.push_back(sample.key + "." + ext);
+  }
+  try {
+    if (gpu != nullptr && !jpegs.empty()) {
+      const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+      gpu->decode(jpegs, names, stream.stream());
+      stream.synchronize();  // the sample's bytes go when this returns
     }
+    for (size_t i = 0; gpu == nullptr && i < jpegs.size(); ++i) frugal::decode_jpeg(jpegs[i], names[i]);
+  } catch (const frugal::DataError& e) {
+    return e.what();
   }
   return "";
 }
@@ -112,6 +126,9 @@ int main(int argc, char** argv) {
   verify->add_option("input", input, "Directory of shards, or one shard")->required();
   bool decode = false;
   verify->add_flag("--decode", decode, "Also decode every JPEG member (.jpg, .jpeg, augN.jpg): a bad image is damage");
+  std::string decode_on = "cpu";
+  verify->add_option("--decode-on", decode_on, "Decode with libjpeg-turbo (cpu) or nvJPEG on GPU 0 (gpu), as training would")
+      ->check(CLI::IsMember({"cpu", "gpu"}));
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -145,6 +162,9 @@ int main(int argc, char** argv) {
       print_shards(r.shards, r.kept);
     } else if (index->parsed() || verify->parsed()) {
       int damaged = 0;
+      // Unavailable (no GPU, no libnvjpeg): an error saying why, before any shard is read.
+      std::unique_ptr<frugal::GpuJpegDecoder> gpu;
+      if (verify->parsed() && decode && decode_on == "gpu") gpu = std::make_unique<frugal::GpuJpegDecoder>(0);
       for (const auto& shard : frugal::list_shards(input)) {
         if (index->parsed()) {
           const frugal::ShardIndex i = frugal::load_shard_index(shard);
@@ -158,7 +178,7 @@ int main(int argc, char** argv) {
           while (const auto sample = scan.next()) {
             ++samples;
             if (!decode) continue;
-            if (const std::string why = decode_check(*sample); !why.empty()) {
+            if (const std::string why = decode_check(*sample, gpu.get()); !why.empty()) {
               ++bad_images;
               std::printf("%s  BAD IMAGE  at byte offset %lld: sample '%s': %s\n", shard.c_str(),
                           static_cast<long long>(scan.sample_offset()), sample->key.c_str(), why.c_str());
