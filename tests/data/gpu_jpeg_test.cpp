@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "support/fixtures.hpp"
+#include "support/images.hpp"
 #include "support/source_dir.hpp"
 
 using namespace frugal;
@@ -19,22 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-torch::Tensor photo(int64_t width, int64_t height, uint64_t seed) {
-  torch::Generator gen = at::detail::createCPUGenerator(seed);
-  const torch::Tensor y = torch::linspace(0, 1, height).view({height, 1, 1});
-  const torch::Tensor x = torch::linspace(0, 1, width).view({1, width, 1});
-  const torch::Tensor phase = torch::tensor({0.0, 2.0, 4.0}).view({1, 1, 3});
-  torch::Tensor image = 128 + 60 * torch::sin(9 * x + 5 * y + phase) + 40 * torch::cos(23 * x * y + phase) + 8 * torch::randn({height, width, 3}, gen);
-  return image.clamp(0, 255).round().to(torch::kUInt8);
-}
-
 std::string corpus(const std::string& name) {
-  std::ifstream in(fs::path(source_dir()) / "tests" / "fuzz" / "corpus" / "jpeg" / name, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-double mean_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.cpu().to(torch::kFloat32) - b.cpu().to(torch::kFloat32)).abs().mean().item<double>();
+  return bytes_of(fs::path(source_dir()) / "tests" / "fuzz" / "corpus" / "jpeg" / name);
 }
 
 bool skip_without_gpu_decoding() {
@@ -48,7 +35,7 @@ bool skip_without_gpu_decoding() {
 void write_photo_shards(const fs::path& dir, int64_t n, int64_t truncated = -1) {
   ShardWriter writer(dir, ShardWriterOptions().target_bytes(int64_t{1} << 20));
   for (int64_t i = 0; i < n; ++i) {
-    std::string jpeg = i == 3 ? corpus("progressive.jpg") : i == 5 ? corpus("cmyk.jpg") : encode_jpeg(photo(320 + 8 * i, 240 + 4 * i, i), 90);
+    std::string jpeg = i == 3 ? corpus("progressive.jpg") : i == 5 ? corpus("cmyk.jpg") : encode_jpeg(test_image(320 + 8 * i, 240 + 4 * i, i), 90);
     if (i == truncated) jpeg = jpeg.substr(0, jpeg.size() / 2);
     writer.write({c10::str("s", 100000 + i), {{"jpg", jpeg}, {"cls", std::to_string(i % 7)}}});
   }
@@ -81,8 +68,8 @@ TEST_CASE("without a GPU or libnvjpeg, GPU decoding says why and is refused wher
 
 TEST_CASE("nvJPEG decodes as libjpeg-turbo does, batched and one by one, with the CPU for what it refuses", "[data][gpu]") {
   if (skip_without_gpu_decoding()) return;
-  std::vector<std::string> jpegs{encode_jpeg(photo(500, 375, 1), 90), encode_jpeg(photo(333, 517, 2), 85),
-                                 encode_jpeg(photo(301, 211, 3).select(2, 0).contiguous(), 90), corpus("progressive.jpg"),
+  std::vector<std::string> jpegs{encode_jpeg(test_image(500, 375, 1), 90), encode_jpeg(test_image(333, 517, 2), 85),
+                                 encode_jpeg(test_image(301, 211, 3).select(2, 0).contiguous(), 90), corpus("progressive.jpg"),
                                  corpus("cmyk.jpg"), corpus("rgb.jpg")};
   std::vector<std::string_view> views(jpegs.begin(), jpegs.end());
   std::vector<std::string> names;
@@ -99,7 +86,7 @@ TEST_CASE("nvJPEG decodes as libjpeg-turbo does, batched and one by one, with th
       const torch::Tensor cpu = decode_jpeg(jpegs[i], names[i]);
       REQUIRE(images[i].is_cuda());
       REQUIRE(images[i].sizes() == cpu.sizes());
-      CHECK(mean_difference(images[i], cpu) <= 2.0);  // the two IDCTs and upsamplers differ slightly
+      CHECK(mean_abs_difference(images[i], cpu) <= 2.0);  // the two IDCTs and upsamplers differ slightly
     }
     CHECK(decoder.counts().cpu >= 1);  // the CMYK JPEG, at least
     CHECK(decoder.counts().hardware + decoder.counts().gpu + decoder.counts().cpu == static_cast<int64_t>(jpegs.size()));
@@ -129,7 +116,7 @@ TEST_CASE("GPU batches equal the CPU path's crops, a corrupt JPEG is named by sh
     CHECK(torch::equal(got.target.cpu(), expected.target));
     for (int64_t i = 0; i < 12; ++i) {
       INFO("image " << i);
-      CHECK(mean_difference(got.input[i], expected.input[i]) <= 2.0);
+      CHECK(mean_abs_difference(got.input[i], expected.input[i]) <= 2.0);
     }
     // Through a loader whose workers hand batches over on their side streams.
     DataLoader loader(gpu, DataLoaderOptions().batch_size(4).num_workers(2).shuffle(false));
@@ -139,7 +126,7 @@ TEST_CASE("GPU batches equal the CPU path's crops, a corrupt JPEG is named by sh
       const auto r = reference.next();
       REQUIRE(r.has_value());
       const torch::Tensor used = (b->input.to(torch::kFloat32) + 0).cpu();  // used at once on the main stream
-      CHECK(mean_difference(used, r->input) <= 2.0);
+      CHECK(mean_abs_difference(used, r->input) <= 2.0);
     }
   }
   // A truncated JPEG inside a batch: the CPU path's error, with the shard and the sample's offset.

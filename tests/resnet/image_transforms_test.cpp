@@ -8,6 +8,7 @@
 #include "frugal/errors.hpp"
 #include "frugal/io/safetensors.hpp"
 #include "support/fixtures.hpp"
+#include "support/images.hpp"
 #include "support/python_reference.hpp"
 
 using namespace frugal;
@@ -15,25 +16,6 @@ using namespace frugal::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A photo-like test image: smooth gradients and waves plus fine noise, uint8 [H, W, 3].
-torch::Tensor test_image(int64_t width, int64_t height, uint64_t seed = 1) {
-  torch::Generator gen = at::detail::createCPUGenerator(seed);
-  const torch::Tensor y = torch::linspace(0, 1, height).view({height, 1, 1});
-  const torch::Tensor x = torch::linspace(0, 1, width).view({1, width, 1});
-  const torch::Tensor phase = torch::tensor({0.0, 2.0, 4.0}).view({1, 1, 3});
-  torch::Tensor image = 128 + 60 * torch::sin(9 * x + 5 * y + phase) + 40 * torch::cos(23 * x * y + phase) +
-                        8 * torch::randn({height, width, 3}, gen);
-  return image.clamp(0, 255).round().to(torch::kUInt8);
-}
-
-double mean_abs_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().mean().item<double>();
-}
-
-double max_abs_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
-}
 
 void write_bytes(const fs::path& file, const std::string& bytes) {
   fs::create_directories(file.parent_path());
@@ -225,11 +207,6 @@ std::vector<CropBox> region_boxes(int64_t width, int64_t height) {
           {width - 1, height - 1, 1, 1}};                        // one pixel
 }
 
-std::string read_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 }  // namespace
 
 TEST_CASE("region decoding gives a whole decode's pixels in the region, DCT-scaled or not, colour, grey or CMYK", "[transforms][roi]") {
@@ -237,8 +214,8 @@ TEST_CASE("region decoding gives a whole decode's pixels in the region, DCT-scal
   std::vector<std::pair<std::string, std::string>> images{{"photo 500x375 4:2:0", encode_jpeg(test_image(500, 375), 90)},
                                                           {"photo 333x517 4:2:0", encode_jpeg(test_image(333, 517, 4), 85)},
                                                           {"grey 301x211", encode_jpeg(test_image(301, 211, 5).select(2, 1).contiguous(), 90)},
-                                                          {"cmyk.jpg", read_file(corpus / "cmyk.jpg")},
-                                                          {"progressive.jpg", read_file(corpus / "progressive.jpg")}};
+                                                          {"cmyk.jpg", bytes_of(corpus / "cmyk.jpg")},
+                                                          {"progressive.jpg", bytes_of(corpus / "progressive.jpg")}};
   for (const auto& [name, jpeg] : images) {
     const JpegSize full = jpeg_size(jpeg, name);
     for (const CropBox& box : region_boxes(full.width, full.height)) {

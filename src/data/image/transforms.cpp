@@ -114,13 +114,8 @@ ImageCrop plan_image_crop(int64_t width, int64_t height, const ImageTransformOpt
   }
   // Fast, approximate: the centre crop's box mapped back to the image, decoded at a reduced size
   // and resized to the output directly.
-  const double sx = static_cast<double>(width) / static_cast<double>(plan.resized_width);
-  const double sy = static_cast<double>(height) / static_cast<double>(plan.resized_height);
-  const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(c.x) * sx));
-  const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(c.y) * sy));
-  const int64_t x1 = std::min<int64_t>(width, static_cast<int64_t>(std::ceil(static_cast<double>(c.x + c.width) * sx)));
-  const int64_t y1 = std::min<int64_t>(height, static_cast<int64_t>(std::ceil(static_cast<double>(c.y + c.height) * sy)));
-  crop.box = {x0, y0, std::max<int64_t>(1, x1 - x0), std::max<int64_t>(1, y1 - y0)};
+  crop.box = detail::scale_box(c, static_cast<int>(plan.resized_width), static_cast<int>(plan.resized_height), static_cast<int>(width),
+                               static_cast<int>(height));
   crop.min_width = static_cast<int>(plan.resized_width);
   crop.min_height = static_cast<int>(plan.resized_height);
   return crop;
