@@ -97,12 +97,12 @@ int main(int argc, char** argv) {
   std::vector<double> half_s, full_s;
   size_t half_bytes = 0, full_bytes = 0;
   for (int r = 0; r < rounds; ++r) {
-    for (auto dtype : {frugal::WeightsDtype::fp32, frugal::WeightsDtype::fp16}) {
+    for (auto dtype : {frugal::Precision::fp32, frugal::Precision::fp16}) {
       const fs::path store_dir = dir / (frugal::to_string(dtype) + std::to_string(r));
       auto start = Clock::now();
       auto info = frugal::CheckpointStore(store_dir).write(trainer.snapshot(), frugal::CheckpointWriteOptions{dtype, "", {}});
-      (dtype == frugal::WeightsDtype::fp16 ? half_s : full_s).push_back(seconds_since(start));
-      (dtype == frugal::WeightsDtype::fp16 ? half_bytes : full_bytes) = directory_bytes(info.dir);
+      (dtype == frugal::Precision::fp16 ? half_s : full_s).push_back(seconds_since(start));
+      (dtype == frugal::Precision::fp16 ? half_bytes : full_bytes) = directory_bytes(info.dir);
       fs::remove_all(store_dir);
     }
   }

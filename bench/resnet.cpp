@@ -139,7 +139,7 @@ int decode_stages() {
   std::vector<frugal::DecodedRegion> regions;
   for (int i = 0; i < 32; ++i) regions.push_back(frugal::decode_jpeg_region(jpegs[i], "x", boxes[i]));
   timeit("crop_resize", [&](int i) { frugal::crop_resize(regions[i].image, regions[i].region, 224, 224); });
-  timeit("flip", [&](int i) { frugal::horizontal_flip(torch::empty({224, 224, 3}, torch::kUInt8)); });
+  timeit("flip", [&](int) { frugal::horizontal_flip(torch::empty({224, 224, 3}, torch::kUInt8)); });
   return 0;
 }
 

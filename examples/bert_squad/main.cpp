@@ -85,7 +85,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
   config.bind("optimizer.warmup_fraction", o.warmup_fraction, "Share of the steps spent warming up, then linear decay");
   config.bind("optimizer.fused", o.fused, "AdamW as one fused kernel (frugal::FusedAdamW); false = torch::optim::AdamW");
   config.add_check("model", [&m] {
-    frugal::parse_cpu_gemm(m.cpu_gemm, "model.cpu_gemm");
+    frugal::parse_enum_option<frugal::CpuGemm>(m.cpu_gemm, "model.cpu_gemm");
     if (frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing").scope == frugal::CheckpointScope::stage) {
       throw frugal::OptionError("model.activation_checkpointing", "model.activation_checkpointing: stage is ResNet's; BERT takes off, full, every:K or attention");
     }
@@ -179,7 +179,7 @@ int run(int argc, char** argv) {
   if (recompute.enabled()) {
     frugal::log::info("activation checkpointing: " + recompute.to_string() + (recompute.offload ? ", inputs offloaded to host memory" : ""));
   }
-  frugal::set_cpu_gemm(frugal::parse_cpu_gemm(m.cpu_gemm, "model.cpu_gemm"));
+  frugal::set_cpu_gemm(frugal::parse_enum_option<frugal::CpuGemm>(m.cpu_gemm, "model.cpu_gemm"));
   auto forward = [](frugal::BertForQuestionAnsweringImpl& n, const frugal::Batch& b) {
     return n.forward(b.input, b.extra.at("token_type_ids"), b.extra.at("attention_mask"));
   };

@@ -57,6 +57,12 @@ class Preempted : public Error {
   using Error::Error;
 };
 
+/// A checkpoint or snapshot cannot be written or read back: the file and the reason are named.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A data file (shard, index, image, JSON, NPY...) is malformed, truncated or unsafe. `file()` names
 /// it and `offset()` is the byte offset where the problem was found (-1 when it has none).
 class DataError : public Error {

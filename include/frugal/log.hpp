@@ -6,16 +6,20 @@
 //   frugal::log::info(c10::str("step ", step, " loss ", loss));
 //   frugal::log::add_file_sink(run_dir / "train.log");
 
+#include <array>
 #include <filesystem>
 #include <string>
 #include <string_view>
 
+#include "frugal/base/enum_names.hpp"
+
 namespace frugal::log {
 
 enum class Level { trace, debug, info, warn, error, off };
-
-/// Parses "trace|debug|info|warn|error|off"; throws OptionError on anything else.
-Level parse_level(std::string_view name);
+constexpr std::array<EnumName<Level>, 6> names_of(Level) {
+  return {{{Level::trace, "trace"}, {Level::debug, "debug"}, {Level::info, "info"},
+           {Level::warn, "warn"}, {Level::error, "error"}, {Level::off, "off"}}};
+}
 void set_level(Level level);
 Level level();
 /// Also writes every message to `path` (appending); replaces an earlier file sink.

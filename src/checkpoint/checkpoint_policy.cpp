@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/detail/durable_io.hpp"
-#include "frugal/checkpoint/preemption.hpp"
+#include "base/durable_io.hpp"
+#include "frugal/base/preemption.hpp"
 #include "frugal/core/trainer.hpp"
-#include "frugal/distributed/communicator.hpp"
+#include "frugal/base/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/log.hpp"
 

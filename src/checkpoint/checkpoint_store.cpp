@@ -14,23 +14,14 @@
 #include <set>
 #include <sstream>
 
-#include "core/detail/host_memory.hpp"
-#include "detail/durable_io.hpp"
+#include "base/host_memory.hpp"
+#include "base/durable_io.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string to_string(WeightsDtype dtype) {
-  switch (dtype) {
-    case WeightsDtype::fp32: return "fp32";
-    case WeightsDtype::fp16: return "fp16";
-    case WeightsDtype::bf16: return "bf16";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -72,9 +63,9 @@ TrainerState state_from_json(const json& j) {
   return s;
 }
 
-torch::Tensor stored(const std::string& key, const torch::Tensor& t, WeightsDtype dtype) {
-  if (dtype == WeightsDtype::fp32 || key.rfind("model/", 0) != 0 || !t.is_floating_point()) return t;
-  return t.to(dtype == WeightsDtype::fp16 ? torch::kHalf : torch::kBFloat16);
+torch::Tensor stored(const std::string& key, const torch::Tensor& t, Precision dtype) {
+  if (dtype == Precision::fp32 || key.rfind("model/", 0) != 0 || !t.is_floating_point()) return t;
+  return t.to(scalar_type_of(dtype));
 }
 
 json sharding_to_json(const ShardingInfo& info) {
@@ -162,7 +153,7 @@ std::vector<std::string> required_files(const json& meta) {
 }
 
 // state.pt: the snapshot's named tensors (model weights in the storage dtype).
-FileRecord write_state(const fs::path& dir, const TrainingSnapshot& snapshot, WeightsDtype dtype, json& names) {
+FileRecord write_state(const fs::path& dir, const TrainingSnapshot& snapshot, Precision dtype, json& names) {
   torch::serialize::OutputArchive archive;
   int64_t i = 0;
   for (const auto& [key, tensor] : snapshot.tensors) {
@@ -370,36 +361,6 @@ CheckpointInfo CheckpointStore::finish_sharded(const TrainingSnapshot& snapshot,
   } catch (const std::exception& e) {
     write_failed(step, root_, e, tmp);
   }
-}
-
-std::vector<int64_t> overlapping_shards(const ShardingInfo& written, const std::vector<ShardPieceInfo>* wanted) {
-  std::map<std::string, std::vector<const ShardPieceInfo*>> by_param;
-  if (wanted) {
-    for (const auto& p : *wanted) by_param[p.param].push_back(&p);
-  }
-  std::vector<int64_t> ranks;
-  for (int64_t q = 0; q < written.world_size; ++q) {
-    const bool needed = !wanted || std::any_of(written.pieces[static_cast<size_t>(q)].begin(), written.pieces[static_cast<size_t>(q)].end(),
-                                               [&](const ShardPieceInfo& p) {
-                                                 const auto it = by_param.find(p.param);
-                                                 if (it == by_param.end()) return false;
-                                                 return std::any_of(it->second.begin(), it->second.end(), [&](const ShardPieceInfo* w) {
-                                                   return std::max(p.begin, w->begin) < std::min(p.begin + p.numel, w->begin + w->numel);
-                                                 });
-                                               });
-    if (needed) ranks.push_back(q);
-  }
-  return ranks;
-}
-
-ShardContents read_shard(const ShardSource& source, int64_t rank) {
-  ShardContents contents = source.read(rank);
-  const size_t pieces = source.info.pieces.at(static_cast<size_t>(rank)).size();
-  if (contents.weights.size() != pieces) {
-    throw CheckpointError(c10::str(source.location, " (shard ", rank, " of ", source.info.world_size, "): ", contents.weights.size(),
-                                   " weight pieces but the layout lists ", pieces));
-  }
-  return contents;
 }
 
 std::shared_ptr<const ShardingInfo> CheckpointStore::sharding_of(const CheckpointInfo& info) const {

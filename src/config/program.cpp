@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "frugal/checkpoint/preemption.hpp"
+#include "frugal/base/preemption.hpp"
 #include "frugal/core/run_lock.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/errors.hpp"

@@ -49,7 +49,7 @@ void bind(Config& config, StandardOptions& o) {
   config.add_check("data", [&d] { d.validate(); });
   ShardedDatasetOptions& sh = o.shards;
   config.bind("data.shuffle_buffer", sh.shuffle_buffer(), "Shards: samples in the shuffle buffer (shards are permuted too)");
-  config.bind_enum("data.on_corrupt", sh.on_corrupt(), {{"error", OnCorrupt::error}, {"skip", OnCorrupt::skip}},
+  config.bind_enum("data.on_corrupt", sh.on_corrupt(),
                    "Shards: a corrupt sample or shard stops with its file and offset, or is counted and skipped");
   config.bind("data.augmented_variants", sh.variants(),
               "Shards: offline-augmented variants per sample (frugal-data augment); 0 = none");
@@ -57,15 +57,12 @@ void bind(Config& config, StandardOptions& o) {
 
   SmokeTestOptions& s = o.smoke_test;
   config.bind_enum("smoke_test.mode", s.mode(),
-                   {{"off", SmokeTestMode::off}, {"auto", SmokeTestMode::automatic},
-                    {"fail", SmokeTestMode::fail}, {"warn", SmokeTestMode::warn}},
                    "CPU smoke test before the run; auto = fail-mode when training on a GPU");
   config.bind("smoke_test.batches", s.batches(), "Batches the smoke test runs");
   config.add_check("smoke_test", [&s] { s.validate(); });
 
   MixedPrecisionOptions& p = o.precision;
   config.bind_enum("precision.mode", p.mode(),
-                   {{"fp32", Precision::fp32}, {"fp16", Precision::fp16}, {"bf16", Precision::bf16}},
                    "fp16 = autocast + dynamic loss scaling; bf16 = autocast");
   config.bind("precision.autocast", p.autocast(), "Run the forward pass under autocast");
   GradScalerOptions& g = p.scaler();
@@ -75,7 +72,6 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("precision.growth_interval", g.growth_interval(), "Clean steps before the scale grows");
   config.bind("precision.min_scale", p.min_scale(), "Floor of the fp16 loss scale");
   config.bind_enum("precision.on_min_scale", p.on_min_scale(),
-                   {{"error", ScaleFloorAction::error}, {"fallback", ScaleFloorAction::fallback}},
                    "At the floor: stop, or fall back to bf16 (else fp32)");
   config.add_check("precision", [&p] { p.validate(); });
   config.add_environment_alias("FRUGAL_PRECISION", "precision.mode");
@@ -89,8 +85,7 @@ void bind(Config& config, StandardOptions& o) {
   config.add_environment_alias("FRUGAL_EFFECTIVE_BATCH_SIZE", "accumulation.effective_batch_size");
 
   GradientClippingOptions& c = o.clipping;
-  config.bind_enum("clipping.mode", c.mode(), {{"off", ClipMode::off}, {"norm", ClipMode::norm}, {"value", ClipMode::value}},
-                   "Clip gradients by global norm or by value");
+  config.bind_enum("clipping.mode", c.mode(), "Clip gradients by global norm or by value");
   config.bind("clipping.max_norm", c.max_norm(), "Largest total gradient norm");
   config.bind("clipping.norm_type", c.norm_type(), "p of the p-norm (inf: max norm)");
   config.bind("clipping.max_value", c.max_value(), "Largest absolute gradient value");
@@ -109,7 +104,6 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("checkpoint.monitor", k.monitor(), "Validation metric that ranks checkpoints");
   config.bind("checkpoint.monitor_mode", k.monitor_mode(), "Lower or higher is better", {"min", "max"});
   config.bind_enum("checkpoint.weights_dtype", k.weights_dtype(),
-                   {{"fp32", WeightsDtype::fp32}, {"fp16", WeightsDtype::fp16}, {"bf16", WeightsDtype::bf16}},
                    "Storage precision of the weights (fp16/bf16: half the size, resume not exact)");
   config.bind("checkpoint.archive_dir", k.archive_dir(), "Move stale checkpoints here instead of deleting them");
   config.bind("checkpoint.archive_after_days", k.archive_after_days(), "Archive checkpoints older than D days; 0 = off");
@@ -139,13 +133,11 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("distributed.bucket_cap_mb", dp.bucket_cap_mb(), "Gradient megabytes per all-reduce");
   config.bind("distributed.overlap", dp.overlap(), "All-reduce each bucket during backward");
   config.bind_enum("distributed.buffers", dp.buffers(),
-                   {{"broadcast", BufferSync::broadcast}, {"average", BufferSync::average}, {"off", BufferSync::off}},
                    "Buffers (BatchNorm statistics) at each step: rank 0's, the mean, or left alone");
   config.bind("distributed.log_all_ranks", dp.log_all_ranks(), "Info-level logs from every rank, not only rank 0");
   config.bind("distributed.exit_with_launcher", o.exit_with_launcher,
               "Under torchrun: SIGTERM when the launcher dies (a checkpoint if the group is whole, then exit)");
   config.bind_enum("distributed.shard", dp.shard(),
-                   {{"off", ShardMode::off}, {"optimizer", ShardMode::optimizer}, {"gradients", ShardMode::gradients}},
                    "Per rank, keep 1/N of the optimizer state (optimizer, ZeRO-1) and also of the reduced gradients "
                    "(gradients, ZeRO-2); off = all of both on every rank");
   config.add_check("distributed", [&dp] { dp.validate(); });
@@ -211,8 +203,6 @@ void bind(Config& config, StandardOptions& o) {
   config.add_check("progress", [&pg] { pg.validate(); });
 
   config.bind_enum("log.level", o.log_level,
-                   {{"trace", log::Level::trace}, {"debug", log::Level::debug}, {"info", log::Level::info},
-                    {"warn", log::Level::warn}, {"error", log::Level::error}, {"off", log::Level::off}},
                    "Console and train.log verbosity");
 }
 

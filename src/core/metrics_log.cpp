@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "frugal/errors.hpp"
-#include "frugal/tooling/tensorboard.hpp"
+#include "frugal/io/tensorboard.hpp"
 
 namespace frugal {
 

@@ -12,6 +12,7 @@
 
 #include "core/detail/nonfinite_watch.hpp"
 #include "core/detail/oom_safety_net.hpp"
+#include "core/detail/step_line.hpp"
 #include "frugal/core/cpu_memory_cache.hpp"
 #include "frugal/core/run_lock.hpp"
 #include "frugal/distributed/communicator.hpp"
@@ -47,6 +48,7 @@ Trainer::Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<c
   options_.validate();
   oom_net_ = std::make_unique<detail::OomSafetyNet>(options_.halve_batch_on_oom());
   nonfinite_ = std::make_unique<detail::NonFiniteWatch>();
+  step_line_ = std::make_unique<detail::StepLine>();
   if (!make_optimizer_) throw OptionError("make_optimizer", "Trainer: an optimizer factory is required");
   device_ = resolve_device(options_.device());
   // On CUDA: pinned batches, copied to the device by the loader's workers on side streams ahead
@@ -481,15 +483,9 @@ void Trainer::log_training() {
                                                      {"samples_seen", static_cast<double>(state_.samples_seen * world_size())}};
   Metrics extra;
   for (auto& p : policies_) p->collect_metrics(extra);
-  std::string extra_text;
-  for (const auto& [name, value] : extra) {
-    fields.emplace_back(name, value);
-    extra_text += c10::str(" ", name, " ", value);
-  }
+  for (const auto& [name, value] : extra) fields.emplace_back(name, value);
   metrics_log_.write("train", fields);
-  log::info(c10::str("step ", state_.step, " epoch ", state_.epoch, " loss ", loss, " lr ", state_.lr, " ",
-                     static_cast<int64_t>(samples_per_s), " samples/s data wait ",
-                     static_cast<int64_t>(100.0 * data_wait_fraction), "%", extra_text));
+  log::info(step_line_->format({state_.step, state_.epoch, loss, state_.lr, samples_per_s, data_wait_fraction}, extra));
   window_loss_sum_ = torch::Tensor();
   window_micro_steps_ = 0;
   window_samples_ = 0;

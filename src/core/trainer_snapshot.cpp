@@ -4,12 +4,11 @@
 
 #include <sstream>
 
-#include "detail/host_memory.hpp"
+#include "base/host_memory.hpp"
 #include "detail/optimizer_copy.hpp"
-#include "optim/detail/optimizer_archive.hpp"
-#include "frugal/checkpoint/checkpoint_store.hpp"
+#include "optim/optimizer_archive.hpp"
 #include "frugal/core/trainer.hpp"
-#include "frugal/distributed/communicator.hpp"
+#include "frugal/base/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint/detail/durable_io.hpp"
+#include "base/durable_io.hpp"
 #include "frugal/data/image/jpeg.hpp"
 #include "frugal/data/image_folder.hpp"
 #include "frugal/errors.hpp"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "checkpoint/detail/durable_io.hpp"
+#include "base/durable_io.hpp"
 #include "data/detail/decode_samples.hpp"
 #include "frugal/errors.hpp"
 

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/detail/durable_io.hpp"
+#include "base/durable_io.hpp"
 #include "data/detail/content_hash.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"

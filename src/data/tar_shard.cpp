@@ -14,7 +14,7 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/detail/durable_io.hpp"
+#include "base/durable_io.hpp"
 #include "data/detail/tar_members.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"

@@ -17,11 +17,17 @@
 #include <functional>
 #include <map>
 
+#include "base/collectives.hpp"
 #include "distributed/c10d_backends.hpp"
-#include "frugal/checkpoint/preemption.hpp"
+#include "frugal/base/preemption.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
+
+using detail::CompletedCollective;
+using detail::ThenPending;
+using detail::check_chunks;
+using detail::gather_text_by_sums;
 
 void CommunicatorOptions::validate() const {
   if (backend() != "auto" && backend() != "gloo" && backend() != "nccl") {
@@ -34,32 +40,6 @@ void CommunicatorOptions::validate() const {
 
 namespace {
 
-// Every rank's text through two sums: the lengths, then the bytes (as int32: gloo and NCCL both
-// sum those), each rank filling its own slot with zeros elsewhere.
-std::vector<std::string> gather_text_by_sums(const std::string& mine, int64_t rank, int64_t world, const torch::Device& device,
-                                             const std::function<void(torch::Tensor&)>& sum) {
-  const auto on = torch::TensorOptions().device(device);
-  torch::Tensor lengths = torch::zeros({world}, on.dtype(torch::kLong));
-  lengths[rank] = static_cast<int64_t>(mine.size());
-  sum(lengths);
-  const torch::Tensor host_lengths = lengths.cpu();
-  std::vector<int64_t> begin(static_cast<size_t>(world) + 1, 0);
-  for (int64_t r = 0; r < world; ++r) begin[static_cast<size_t>(r) + 1] = begin[static_cast<size_t>(r)] + host_lengths[r].item<int64_t>();
-  torch::Tensor mine_bytes = torch::empty({static_cast<int64_t>(mine.size())}, torch::kInt);
-  for (size_t i = 0; i < mine.size(); ++i) mine_bytes[static_cast<int64_t>(i)] = static_cast<unsigned char>(mine[i]);
-  torch::Tensor bytes = torch::zeros({begin.back()}, on.dtype(torch::kInt));
-  bytes.narrow(0, begin[static_cast<size_t>(rank)], static_cast<int64_t>(mine.size())).copy_(mine_bytes);
-  sum(bytes);
-  const torch::Tensor all = bytes.cpu();
-  const int* data = all.data_ptr<int>();
-  std::vector<std::string> out;
-  for (int64_t r = 0; r < world; ++r) {
-    std::string text;
-    for (int64_t i = begin[static_cast<size_t>(r)]; i < begin[static_cast<size_t>(r) + 1]; ++i) text += static_cast<char>(data[i]);
-    out.push_back(std::move(text));
-  }
-  return out;
-}
 
 // For the terminate handler: the collective last started, and the Trainer's account of the run.
 std::atomic<const char*> last_collective{"the start-up"};
@@ -97,9 +77,6 @@ std::terminate_handler previous_terminate = nullptr;
   ::_exit(1);
 }
 
-struct CompletedCollective : PendingCollective {
-  void wait() override {}
-};
 
 CommunicationError collective_failed(const char* what, const World& world, const std::string& backend,
                                      const std::exception& e) {
@@ -107,28 +84,7 @@ CommunicationError collective_failed(const char* what, const World& world, const
                                      ") failed, a peer may have died: ", message_of(e)));
 }
 
-// A collective followed by host-side work once it is done (a default reduce-scatter's copy).
-class ThenPending : public PendingCollective {
- public:
-  ThenPending(std::unique_ptr<PendingCollective> first, std::function<void()> then) : first_(std::move(first)), then_(std::move(then)) {}
-  void wait() override {
-    if (!first_) return;
-    first_->wait();
-    first_.reset();
-    then_();
-  }
 
- private:
-  std::unique_ptr<PendingCollective> first_;
-  std::function<void()> then_;
-};
-
-void check_chunks(const char* what, const torch::Tensor& whole, const torch::Tensor& chunk, int64_t world_size) {
-  if (whole.numel() != chunk.numel() * world_size || !whole.is_contiguous() || !chunk.is_contiguous()) {
-    throw CommunicationError(c10::str(what, ": the whole buffer (", whole.numel(), " elements) must be ", world_size,
-                                      " contiguous chunks of ", chunk.numel()));
-  }
-}
 
 class C10dPending : public PendingCollective {
  public:
@@ -288,43 +244,6 @@ class C10dCommunicator : public Communicator {
 };
 
 }  // namespace
-
-std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_all_reduce(torch::Tensor, ReduceOp) {
-  return std::make_unique<CompletedCollective>();
-}
-
-std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_reduce_scatter(torch::Tensor input, torch::Tensor output) {
-  check_chunks("reduce_scatter", input, output, 1);
-  if (input.data_ptr() != output.data_ptr()) output.copy_(input);
-  return std::make_unique<CompletedCollective>();
-}
-
-std::unique_ptr<PendingCollective> SingleProcessCommunicator::start_all_gather(torch::Tensor input, torch::Tensor output) {
-  check_chunks("all_gather", output, input, 1);
-  if (input.data_ptr() != output.data_ptr()) output.copy_(input);
-  return std::make_unique<CompletedCollective>();
-}
-
-std::vector<std::string> Communicator::all_gather_text(const std::string& mine) {
-  return gather_text_by_sums(mine, rank(), world_size(), torch::kCPU, [this](torch::Tensor& t) {
-    std::vector<torch::Tensor> one{t};
-    all_reduce(one, ReduceOp::sum);
-  });
-}
-
-std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter(torch::Tensor input, torch::Tensor output) {
-  check_chunks("reduce_scatter", input, output, world_size());
-  auto pending = start_all_reduce(input);
-  const torch::Tensor mine = input.narrow(0, rank() * output.numel(), output.numel());
-  return std::make_unique<ThenPending>(std::move(pending), [mine, output]() mutable { output.copy_(mine); });
-}
-
-std::unique_ptr<PendingCollective> Communicator::start_all_gather(torch::Tensor input, torch::Tensor output) {
-  check_chunks("all_gather", output, input, world_size());
-  output.zero_();
-  output.narrow(0, rank() * input.numel(), input.numel()).copy_(input);
-  return start_all_reduce(output);
-}
 
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options) {
   options.validate();

@@ -8,11 +8,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "core/detail/host_memory.hpp"
+#include "base/host_memory.hpp"
 #include "distributed/detail/bucket_layout.hpp"
-#include "frugal/checkpoint/checkpoint_store.hpp"
 #include "frugal/errors.hpp"
-#include "optim/detail/portable_state.hpp"
+#include "optim/portable_state.hpp"
 
 namespace frugal {
 

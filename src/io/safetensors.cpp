@@ -14,7 +14,7 @@
 #include <limits>
 #include <set>
 
-#include "checkpoint/detail/durable_io.hpp"
+#include "base/durable_io.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {

@@ -75,17 +75,6 @@ spdlog::logger& logger() {
 
 }  // namespace
 
-Level parse_level(std::string_view name) {
-  if (name == "trace") return Level::trace;
-  if (name == "debug") return Level::debug;
-  if (name == "info") return Level::info;
-  if (name == "warn") return Level::warn;
-  if (name == "error") return Level::error;
-  if (name == "off") return Level::off;
-  throw OptionError("level", "log level must be one of trace, debug, info, warn, error, off; got '" +
-                                 std::string(name) + "'");
-}
-
 void set_level(Level level) {
   static constexpr spdlog::level::level_enum kLevels[] = {
       spdlog::level::trace, spdlog::level::debug, spdlog::level::info,

@@ -21,12 +21,4 @@ void set_cpu_gemm(CpuGemm gemm) {
 
 CpuGemm cpu_gemm() { return chosen; }
 
-CpuGemm parse_cpu_gemm(const std::string& name, const std::string& option) {
-  if (name == "onednn") return CpuGemm::onednn;
-  if (name == "mkl") return CpuGemm::mkl;
-  throw OptionError(option, c10::str(option, " must be \"onednn\" or \"mkl\", got \"", name, "\""));
-}
-
-std::string to_string(CpuGemm gemm) { return gemm == CpuGemm::onednn ? "onednn" : "mkl"; }
-
 }  // namespace frugal

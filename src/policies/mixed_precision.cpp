@@ -10,15 +10,6 @@
 
 namespace frugal {
 
-std::string to_string(Precision precision) {
-  switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::fp16: return "fp16";
-    case Precision::bf16: return "bf16";
-  }
-  return "?";
-}
-
 void MixedPrecisionOptions::validate() const {
   scaler().validate();
   if (!(min_scale() > 0)) throw OptionError("min_scale", c10::str("min_scale must be > 0, got ", min_scale()));
@@ -27,13 +18,6 @@ void MixedPrecisionOptions::validate() const {
                                             scaler().init_scale(), ")"));
   }
 }
-
-namespace {
-struct AutocastScope : ForwardGuard {
-  AutocastScope(c10::DeviceType device, c10::ScalarType dtype) : guard(device, dtype) {}
-  AutocastGuard guard;
-};
-}  // namespace
 
 MixedPrecisionPolicy::MixedPrecisionPolicy(MixedPrecisionOptions options)
     : options_(std::move(options)), precision_(options_.mode()), scaler_(options_.scaler()) {
@@ -54,8 +38,7 @@ void MixedPrecisionPolicy::on_fit_begin(const Trainer& trainer) {
 }
 
 std::unique_ptr<ForwardGuard> MixedPrecisionPolicy::forward_guard(const TrainerState&, Phase) {
-  if (precision_ == Precision::fp32 || !options_.autocast()) return nullptr;
-  return std::make_unique<AutocastScope>(device_type_, precision_ == Precision::fp16 ? torch::kHalf : torch::kBFloat16);
+  return autocast_scope(precision_, options_.autocast(), device_type_);
 }
 
 torch::Tensor MixedPrecisionPolicy::transform_loss(StepContext&, torch::Tensor loss) {

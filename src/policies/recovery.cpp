@@ -6,9 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "frugal/checkpoint/checkpoint_store.hpp"
 #include "frugal/core/trainer.hpp"
-#include "frugal/distributed/communicator.hpp"
+#include "frugal/base/communicator.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 #include "frugal/policies/gradient_clipping.hpp"

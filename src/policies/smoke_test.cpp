@@ -8,19 +8,12 @@
 #include <map>
 
 #include "detail/op_trail.hpp"
-#include "detail/resident_memory.hpp"
+#include "base/resident_memory.hpp"
+#include "frugal/core/probe_step.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
-
-SmokeTestMode parse_smoke_test_mode(const std::string& name) {
-  if (name == "off") return SmokeTestMode::off;
-  if (name == "auto") return SmokeTestMode::automatic;
-  if (name == "fail") return SmokeTestMode::fail;
-  if (name == "warn") return SmokeTestMode::warn;
-  throw OptionError("mode", "smoke test mode must be one of off, auto, fail, warn; got '" + name + "'");
-}
 
 void SmokeTestOptions::validate() const {
   if (batches() < 1) throw OptionError("batches", c10::str("batches must be >= 1, got ", batches()));
@@ -137,7 +130,27 @@ SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& o
 
     detail::OpTrail trail;
     double total_ms = 0.0;
-    for (int64_t i = 0; i < options.batches(); ++i) {
+    ProbeStepOptions step;
+    step.on_phase = [&](ProbePhase phase) { report.phase = to_string(phase); };
+    int64_t i = 0;
+    // A NaN or infinity is a failure like a shape error: the real run would train on it.
+    step.after_phase = [&](ProbePhase phase, const torch::Tensor& loss) {
+      if (phase == ProbePhase::forward && !loss.isfinite().all().item<bool>()) {
+        nonfinite(report, "", c10::str("the loss of batch ", i, " is ", loss.item<double>(), " (NaN or infinity in the data, or a model that overflows)"));
+      }
+      if (phase == ProbePhase::backward) {
+        if (const std::string p = first_nonfinite_parameter(copy.module(), true); !p.empty()) {
+          nonfinite(report, p, c10::str("the gradient of ", p, " is not finite on batch ", i));
+        }
+      }
+      if (phase == ProbePhase::optimizer_step) {
+        if (const std::string p = first_nonfinite_parameter(copy.module(), false); !p.empty()) {
+          nonfinite(report, p, c10::str("parameter ", p, " is not finite after the optimizer step of batch ", i,
+                                        " (is the learning rate too high?)"));
+        }
+      }
+    };
+    for (; i < options.batches(); ++i) {
       report.phase = "data";
       auto batch = loader.next();
       if (!batch) {
@@ -149,24 +162,7 @@ SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& o
       const auto start = std::chrono::steady_clock::now();
       trail.clear();
       try {
-        // A NaN or infinity is a failure like a shape error: the real run would train on it.
-        report.phase = "forward";
-        torch::Tensor loss = copy.loss(*batch);
-        if (!loss.isfinite().all().item<bool>()) {
-          nonfinite(report, "", c10::str("the loss of batch ", i, " is ", loss.item<double>(), " (NaN or infinity in the data, or a model that overflows)"));
-        }
-        report.phase = "backward";
-        optimizer->zero_grad(/*set_to_none=*/true);
-        loss.backward();
-        if (const std::string p = first_nonfinite_parameter(copy.module(), true); !p.empty()) {
-          nonfinite(report, p, c10::str("the gradient of ", p, " is not finite on batch ", i));
-        }
-        report.phase = "optimizer step";
-        optimizer->step();
-        if (const std::string p = first_nonfinite_parameter(copy.module(), false); !p.empty()) {
-          nonfinite(report, p, c10::str("parameter ", p, " is not finite after the optimizer step of batch ", i,
-                                        " (is the learning rate too high?)"));
-        }
+        probe_step(copy, *optimizer, *batch, step);
       } catch (const NonFiniteError&) {
         throw;
       } catch (const std::exception&) {

@@ -21,4 +21,9 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
 }
 
+std::unique_ptr<ForwardGuard> autocast_scope(Precision precision, bool autocast, c10::DeviceType device_type) {
+  if (precision == Precision::fp32 || !autocast) return nullptr;
+  return std::make_unique<AutocastGuard>(device_type, scalar_type_of(precision));
+}
+
 }  // namespace frugal

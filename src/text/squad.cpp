@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "frugal/checkpoint/preemption.hpp"
+#include "frugal/base/preemption.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 

@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "frugal/core/probe_step.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
@@ -45,21 +46,14 @@ BatchSizeSearch choose_batch_size(Trainer& trainer, const ProbeBatch& probe, con
   if (device.is_cuda()) cuda_rng = at::cuda::detail::getDefaultCUDAGenerator(device.index()).get_state();
   const bool was_training = module.is_training();
 
+  // The step the fit will make, in its precision (the probe's memory is the fit's).
+  ProbeStepOptions step;
+  step.forward_scope = [&] { return autocast_scope(precision.mode(), precision.autocast(), device.type()); };
   auto trial = [&](int64_t n) {
     module.train();
     const Batch batch = probe.make(n).to(device, /*non_blocking=*/false);
     std::unique_ptr<torch::optim::Optimizer> optimizer = trainer.optimizer_factory()(module);
-    torch::Tensor loss;
-    {
-      std::optional<AutocastGuard> autocast;
-      if (precision.mode() != Precision::fp32 && precision.autocast()) {
-        autocast.emplace(device.type(), precision.mode() == Precision::fp16 ? torch::kHalf : torch::kBFloat16);
-      }
-      loss = trainer.model().loss(batch);
-    }
-    loss.backward();
-    optimizer->step();
-    optimizer->zero_grad(/*set_to_none=*/true);
+    probe_step(trainer.model(), *optimizer, batch, step);
   };
   const std::string precision_name = to_string(precision.mode());
   const std::string key = batch_size_cache_key(module, device, precision_name, trainer.world_size(), probe.shape);

@@ -16,8 +16,8 @@
 #include <fstream>
 #include <map>
 
-#include "checkpoint/detail/durable_io.hpp"
-#include "frugal/distributed/communicator.hpp"
+#include "base/durable_io.hpp"
+#include "frugal/base/communicator.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 #include "tooling/detail/cpu_memory_meter.hpp"

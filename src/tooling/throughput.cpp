@@ -10,7 +10,7 @@
 
 #include "frugal/core/trainer.hpp"
 #include "frugal/log.hpp"
-#include "policies/detail/resident_memory.hpp"
+#include "base/resident_memory.hpp"
 #include "tooling/detail/nvml.hpp"
 
 namespace frugal {

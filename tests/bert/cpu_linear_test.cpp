@@ -100,9 +100,9 @@ TEST_CASE("oneDNN linear is not taken for MKL, other dtypes, autocast or small m
   }
   frugal::set_cpu_gemm(frugal::CpuGemm::mkl);
   CHECK_FALSE(frugal::detail::onednn_linear_usable(x, w));
-  CHECK(frugal::parse_cpu_gemm("mkl") == frugal::CpuGemm::mkl);
-  CHECK(frugal::parse_cpu_gemm("onednn") == frugal::CpuGemm::onednn);
-  CHECK_THROWS_WITH(frugal::parse_cpu_gemm("blas", "model.cpu_gemm"), Catch::Contains("model.cpu_gemm") && Catch::Contains("blas"));
+  CHECK(frugal::parse_enum_option<frugal::CpuGemm>("mkl", "cpu_gemm") == frugal::CpuGemm::mkl);
+  CHECK(frugal::parse_enum_option<frugal::CpuGemm>("onednn", "cpu_gemm") == frugal::CpuGemm::onednn);
+  CHECK_THROWS_WITH(frugal::parse_enum_option<frugal::CpuGemm>("blas", "model.cpu_gemm"), Catch::Contains("model.cpu_gemm") && Catch::Contains("blas"));
 }
 
 TEST_CASE("BERT in training with oneDNN linear layers: MKL's loss and gradients, padded and unpadded", "[bert]") {

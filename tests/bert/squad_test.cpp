@@ -3,7 +3,7 @@
 #include <csignal>
 #include <fstream>
 
-#include "frugal/checkpoint/preemption.hpp"
+#include "frugal/base/preemption.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 #include "frugal/text/squad.hpp"

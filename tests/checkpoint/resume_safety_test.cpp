@@ -186,7 +186,7 @@ TEST_CASE("SIGTERM before training starts (data or model still loading) ends the
   std::vector<const char*> argv{"prog", "--checkpoint.enabled=true", "--trainer.device=cpu", run_dir.c_str()};
   int reached = 0;
   const int code = run_program("test", [&] {
-    start_program(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), config, options, "test");
+    (void)start_program(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), config, options, "test");
     std::raise(SIGTERM);  // without the handler start_program installed, this ends the test process
     reached = 1;
     preemption::stop_if_requested("loading the data");

@@ -115,7 +115,7 @@ TEST_CASE("fp16 weight storage halves the weights on disk and still resumes (not
   const auto root = scratch_dir("fp16_storage");
   CheckpointStore full(root / "fp32"), half(root / "fp16");
   auto a = full.write(trainer.snapshot(), {});
-  auto b = half.write(trainer.snapshot(), CheckpointWriteOptions{WeightsDtype::fp16, "", {}});
+  auto b = half.write(trainer.snapshot(), CheckpointWriteOptions{Precision::fp16, "", {}});
   const double ratio = static_cast<double>(fs::file_size(b.dir / "state.pt")) / static_cast<double>(fs::file_size(a.dir / "state.pt"));
   CHECK(ratio < 0.6);
   const auto before = flat_parameters(*net);

@@ -44,7 +44,7 @@ std::string joined(const std::vector<std::string>& v) {
 
 TEST_CASE("a written checkpoint verifies and reads back exactly", "[checkpoint][store]") {
   CheckpointStore store(scratch_dir("store_roundtrip"));
-  auto info = store.write(snapshot_at(5), CheckpointWriteOptions{WeightsDtype::fp32, "[trainer]\nmax_epochs = 1\n", {}});
+  auto info = store.write(snapshot_at(5), CheckpointWriteOptions{Precision::fp32, "[trainer]\nmax_epochs = 1\n", {}});
   CHECK(info.step == 5);
   CHECK(info.dir.filename() == "ckpt-000000005");
   CHECK(store.verify(info.dir).empty());

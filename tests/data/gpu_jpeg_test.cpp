@@ -106,7 +106,7 @@ TEST_CASE("GPU batches equal the CPU path's crops, a corrupt JPEG is named by sh
     const auto transform = ImageTransformOptions().size(96).train(train).dct_scaling(false);
     auto cpu = std::make_shared<ShardedDataset>(dir, cpu_decoder(transform));
     auto gpu = std::make_shared<GpuImageDataset>(std::make_shared<ShardedDataset>(dir, raw_samples()), transform, cuda);
-    const FetchContext context{2, 7};
+    const FetchContext context{2, 7, nullptr, false};
     std::vector<int64_t> indices(12);
     std::iota(indices.begin(), indices.end(), int64_t{0});
     const Batch expected = cpu->fetch(indices, context), got = gpu->fetch(indices, context);

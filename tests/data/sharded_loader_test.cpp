@@ -148,22 +148,23 @@ TEST_CASE("offline-augmented shards present one variant per sample per epoch, ea
   for (int64_t index : {0, 7, 23}) {
     std::set<std::string> variants;
     for (int64_t epoch = 0; epoch < 3; ++epoch) {
-      const Sample s = augmented.read_sample(index, FetchContext{epoch, 4});
+      const Sample s = augmented.read_sample(index, FetchContext{epoch, 4, nullptr, false});
       CHECK(s.fields.at("cls") == std::to_string(index % 3));  // shared by every variant
       CHECK(s.fields.count("aug0.npy") == 0);
       variants.insert(s.fields.at("npy"));
-      CHECK(s.fields.at("npy") == augmented.read_sample(index, FetchContext{epoch + 3, 4}).fields.at("npy"));
+      CHECK(s.fields.at("npy") == augmented.read_sample(index, FetchContext{epoch + 3, 4, nullptr, false}).fields.at("npy"));
     }
     CHECK(variants.size() == 3);
   }
   // The variants are the source plus noise, and rewriting with the same seed gives the same shards.
-  const torch::Tensor x = decode_npy(augmented.read_sample(7, FetchContext{0, 4}).fields.at("npy"), "x");
+  const torch::Tensor x = decode_npy(augmented.read_sample(7, FetchContext{0, 4, nullptr, false}).fields.at("npy"), "x");
   CHECK((x - torch::tensor({7.0f, -7.0f})).abs().max().item<float>() > 0.0f);
   CHECK((x - torch::tensor({7.0f, -7.0f})).abs().max().item<float>() < 3.0f);
   ShardWriter again(dir / "again");
   write_augmented_shards(list_shards(dir / "plain"), again, 3, jitter_npy("npy", 0.5), 11);
   ShardedDataset second(dir / "again", numbered_decoder(), ShardedDatasetOptions().variants(3));
-  CHECK(second.read_sample(5, FetchContext{1, 4}).fields == augmented.read_sample(5, FetchContext{1, 4}).fields);
+  const FetchContext epoch_1{1, 4, nullptr, false};
+  CHECK(second.read_sample(5, epoch_1).fields == augmented.read_sample(5, epoch_1).fields);
   ShardedDataset wrong_k(dir / "plain", numbered_decoder(), ShardedDatasetOptions().variants(2));
   CHECK_THROWS_WITH(wrong_k.read_sample(0), Catch::Contains("no augmented variant"));
 }

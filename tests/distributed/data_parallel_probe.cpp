@@ -130,7 +130,7 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<CountingCommun
                           .buffers(args.get("buffers", "broadcast") == "average" ? frugal::BufferSync::average
                                    : args.get("buffers", "broadcast") == "off"   ? frugal::BufferSync::off
                                                                                  : frugal::BufferSync::broadcast)
-                          .shard(frugal::parse_shard_mode(args.get("shard", "off")))));
+                          .shard(frugal::parse_enum_option<frugal::ShardMode>(args.get("shard", "off"), "shard"))));
   }
   const int64_t accumulate = args.num("accumulate", 1);
   if (accumulate > 1 || args.mode == "oom") {

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "distributed/detail/gradient_buckets.hpp"
+#include "distributed/gradient_buckets.hpp"
 #include "support/fixtures.hpp"
 
 using namespace frugal;

@@ -117,7 +117,7 @@ int run(const frugal::testing::ProbeArgs& args) {
   };
 
   if (args.mode == "parity") {
-    const frugal::ShardMode shard = frugal::parse_shard_mode(args.get("shard", "gradients"));
+    const frugal::ShardMode shard = frugal::parse_enum_option<frugal::ShardMode>(args.get("shard", "gradients"), "shard");
     Run whole = train(args, comm, frugal::ShardMode::off, true);
     Run sharded = train(args, comm, shard, true);
     if (whole.recorder->params.size() != sharded.recorder->params.size() || whole.recorder->params.empty()) {
@@ -148,7 +148,7 @@ int run(const frugal::testing::ProbeArgs& args) {
     return 0;
   }
   if (args.mode == "train") {
-    Run run = train(args, comm, frugal::parse_shard_mode(args.get("shard", "off")), false);
+    Run run = train(args, comm, frugal::parse_enum_option<frugal::ShardMode>(args.get("shard", "off"), "shard"), false);
     std::cout << "rank " << r << ": stopped at step " << run.result.state.step << std::endl;
     if (r == 0 && args.values.count("out")) {
       std::ofstream out(args.get("out", ""));

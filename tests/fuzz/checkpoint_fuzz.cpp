@@ -17,10 +17,10 @@
 #include <fstream>
 #include <string>
 
-#include "checkpoint/detail/durable_io.hpp"
+#include "base/durable_io.hpp"
 #include "frugal/checkpoint/consolidate.hpp"
 #include "frugal/errors.hpp"
-#include "optim/detail/portable_state.hpp"
+#include "optim/portable_state.hpp"
 
 namespace fs = std::filesystem;
 

@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     frugal::Config config;
     frugal::StandardOptions options;
     frugal::bind(config, options);
-    frugal::load_config(static_cast<int>(argv.size()), argv.data(), config, "fuzz", {});
+    (void)frugal::load_config(static_cast<int>(argv.size()), argv.data(), config, "fuzz", {});
   });
   return status;
 }

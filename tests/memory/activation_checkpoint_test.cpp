@@ -9,7 +9,7 @@
 #include <iostream>
 #include <optional>
 
-#include "distributed/detail/gradient_buckets.hpp"
+#include "distributed/gradient_buckets.hpp"
 #include "support/fixtures.hpp"
 #include "tooling/detail/cpu_memory_meter.hpp"
 

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "distributed/detail/bucket_layout.hpp"
-#include "optim/detail/portable_state.hpp"
+#include "optim/portable_state.hpp"
 #include "support/fixtures.hpp"
 
 using namespace frugal;

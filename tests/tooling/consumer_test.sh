@@ -17,4 +17,23 @@ build_consumer() {  # PREFIX FOLDER
   "$2/consumer"
 }
 build_consumer "$work/prefix/lib/cmake/frugal" "$work/installed"
+
+# A policy of one's own (public headers only) next to bf16, accumulation and checkpoints: the
+# model learns in spite of a bad shard; with the policy off it does not, so the check can fail.
+plug="$work/installed/skip_high_loss"
+common=(--precision.mode=bf16 --accumulation.steps=2 --checkpoint.enabled=true --checkpoint.every_n_steps=4 --smoke_test.mode=off)
+"$plug" "${common[@]}" --trainer.run_dir="$work/plug" --trainer.max_epochs=2 > "$work/plug.out" 2>&1 \
+  || { echo "the policy did not keep the model learning:"; cat "$work/plug.out"; exit 1; }
+grep -q ", 2 rollbacks," "$work/plug.out" || { echo "one rollback per epoch expected:"; tail -3 "$work/plug.out"; exit 1; }
+# Resumed from its checkpoint, the policy's counters go on from where they were.
+"$plug" "${common[@]}" --trainer.run_dir="$work/plug" --trainer.max_epochs=3 > "$work/plug2.out" 2>&1 \
+  || { echo "the resumed run failed:"; cat "$work/plug2.out"; exit 1; }
+grep -q ", 3 rollbacks," "$work/plug2.out" || { echo "the policy's state did not survive the resume:"; tail -3 "$work/plug2.out"; exit 1; }
+if "$plug" "${common[@]}" --trainer.run_dir="$work/unplugged" --trainer.max_epochs=2 --skip.enabled=false > "$work/unplugged.out" 2>&1; then
+  echo "without the policy the bad shard should have spoiled the model:"; tail -3 "$work/unplugged.out"; exit 1
+fi
+# --help says the keys and trains nothing.
+help_text="$("$plug" --help --trainer.run_dir="$work/help")"
+grep -q "skip.threshold" <<< "$help_text" || { echo "--help does not list the policy's key: $help_text"; exit 1; }
+[ ! -e "$work/help/metrics.jsonl" ] || { echo "--help trained"; exit 1; }
 build_consumer "$(cd "$build_dir" && pwd)" "$work/build-tree"

@@ -39,7 +39,7 @@ struct CheckpointOptions {
   TORCH_ARG(int64_t, keep_best) = 0;        // by `monitor`
   TORCH_ARG(std::string, monitor) = "loss";
   TORCH_ARG(std::string, monitor_mode) = "min";  // min | max
-  TORCH_ARG(WeightsDtype, weights_dtype) = WeightsDtype::fp32;
+  TORCH_ARG(Precision, weights_dtype) = Precision::fp32;
   /// Checkpoints beyond retention, or older than archive_after_days, move here instead of being
   /// deleted ("" = delete); the best ones stay in place.
   TORCH_ARG(std::string, archive_dir) = "";

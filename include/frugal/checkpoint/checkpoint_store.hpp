@@ -32,22 +32,16 @@
 #include <string>
 #include <vector>
 
-#include "frugal/checkpoint/snapshot.hpp"
+#include "frugal/base/precision.hpp"
+#include "frugal/base/snapshot.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
 
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
-
-/// Storage precision of the model weights in a checkpoint. fp16/bf16 halve the weights' I/O
-/// and disk, but a resume from them is not exact (the weights lose precision).
-enum class WeightsDtype { fp32, fp16, bf16 };
-
 struct CheckpointWriteOptions {
-  WeightsDtype weights_dtype = WeightsDtype::fp32;
+  /// Storage precision of the model weights. fp16/bf16 halve the weights' I/O and disk, but a
+  /// resume from them is not exact (the weights lose precision).
+  Precision weights_dtype = Precision::fp32;
   std::string config_toml;  // the resolved config, stored beside the state ("" = none)
   /// Called after each stage ("state.pt", "optimizer.pt", "meta.json", "manifest.json",
   /// "renamed", "latest"): progress reporting, and crash tests that stop at a given stage.
@@ -126,15 +120,5 @@ class CheckpointStore {
                const std::function<void(const char*)>& stage) const;
   std::filesystem::path root_;
 };
-
-std::string to_string(WeightsDtype dtype);
-
-/// The ranks of `written` whose pieces overlap any of `wanted` (one rank's pieces in another
-/// layout): the shards a rank must read to resume. Every rank when `wanted` is null (a whole model).
-std::vector<int64_t> overlapping_shards(const ShardingInfo& written, const std::vector<ShardPieceInfo>* wanted);
-
-/// Rank `rank`'s part of a sharded checkpoint; CheckpointError naming the shard when it does not
-/// hold what the layout lists.
-ShardContents read_shard(const ShardSource& source, int64_t rank);
 
 }  // namespace frugal

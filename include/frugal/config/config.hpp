@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/base/enum_names.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
@@ -36,6 +37,13 @@ class Config {
   /// An enum shown and parsed by the names given.
   template <class E>
   void bind_enum(const std::string& key, E& field, std::vector<std::pair<std::string, E>> names, std::string help);
+  /// An enum shown and parsed by its own text table (names_of, frugal/base/enum_names.hpp).
+  template <NamedEnum E>
+  void bind_enum(const std::string& key, E& field, std::string help) {
+    std::vector<std::pair<std::string, E>> names;
+    for (const auto& entry : names_of(E{})) names.emplace_back(std::string(entry.name), entry.value);
+    bind_enum(key, field, std::move(names), std::move(help));
+  }
 
   /// Runs `validate` (an option struct's validate()) when validate() is called; an OptionError
   /// for field F becomes a ConfigError for key "section.F" with its value and source.
@@ -97,8 +105,9 @@ struct CommandLine {
 
 /// Parses argv (--config FILE, --smoke-test, --print-config, --help, and --section.name=value
 /// for every bound key), then applies the environment, the config file and the command-line
-/// values in that order and validates. Throws ConfigError on any bad input.
-CommandLine load_config(int argc, const char* const* argv, Config& config, const std::string& description,
+/// values in that order and validates. Throws ConfigError on any bad input. Act on the result:
+/// with exit_code set (--help) the program prints message and returns, it does not train.
+[[nodiscard]] CommandLine load_config(int argc, const char* const* argv, Config& config, const std::string& description,
                         const std::vector<std::string>& environment);
 /// Writes `text` to `path` (parent folders made) beside and renamed, so a reader never sees half
 /// a file; Error naming the file when it cannot be written.

@@ -30,8 +30,10 @@ struct ProgramStart {
 
 /// The start of a training program after its keys are bound: loads the config (environment,
 /// file, command line), applies the log level, and on rank 0 prints the resolved config for
-/// --print-config and writes it to <run_dir>/config.toml.
-ProgramStart start_program(int argc, char** argv, Config& config, const StandardOptions& options,
+/// --print-config and writes it to <run_dir>/config.toml. Act on the result: with cli.exit_code
+/// set (--help, --print-config) print cli.message and return it; with cli.smoke_test_only run
+/// run_smoke_test_only instead of fit().
+[[nodiscard]] ProgramStart start_program(int argc, char** argv, Config& config, const StandardOptions& options,
                            const std::string& description);
 
 /// --smoke-test: runs the smoke test on `trainer` (failing mode), prints its report, returns the

@@ -15,7 +15,7 @@
 #include "frugal/data/data_loader.hpp"
 #include "frugal/data/sharded_dataset.hpp"
 #include "frugal/distributed/communicator.hpp"
-#include "frugal/distributed/data_parallel.hpp"
+#include "frugal/policies/data_parallel.hpp"
 #include "frugal/log.hpp"
 #include "frugal/memory/memory_report.hpp"
 #include "frugal/policies/early_stopping.hpp"

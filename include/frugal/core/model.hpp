@@ -19,16 +19,11 @@
 #include <string>
 #include <type_traits>
 
+#include "frugal/base/metrics.hpp"
 #include "frugal/data/batch.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
-
-/// Per-batch validation metrics: scalar tensors, averaged over the validation set weighted by
-/// batch size. Tensors (not doubles) so a GPU run syncs once per validation, not per batch.
-using BatchMetrics = std::map<std::string, torch::Tensor>;
-/// Metrics as recorded: plain numbers.
-using Metrics = std::map<std::string, double>;
 
 template <class Net>
 using LossFn = std::function<torch::Tensor(Net&, const Batch&)>;

@@ -27,9 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "frugal/checkpoint/snapshot.hpp"
+#include "frugal/base/forward_guard.hpp"
+#include "frugal/base/snapshot.hpp"
+#include "frugal/base/state_dict.hpp"
+#include "frugal/base/trainer_state.hpp"
 #include "frugal/core/step_context.hpp"
-#include "frugal/core/trainer_state.hpp"
 
 namespace frugal {
 
@@ -37,20 +39,11 @@ class Communicator;
 class OptimizerShards;
 class Trainer;
 
-/// Named tensors making up a policy's saved state (the checkpoint stores them).
-using StateDict = std::map<std::string, torch::Tensor>;
-
 /// Phase in which a forward pass runs.
 enum class Phase { train, validate };
 inline std::ostream& operator<<(std::ostream& out, Phase phase) {
   return out << (phase == Phase::train ? "train" : "validate");
 }
-
-/// RAII scope a policy wraps around a forward pass (e.g. an autocast guard).
-class ForwardGuard {
- public:
-  virtual ~ForwardGuard() = default;
-};
 
 class Policy {
  public:

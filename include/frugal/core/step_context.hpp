@@ -4,18 +4,18 @@
 // change the two decisions it carries: whether this micro-step ends with an optimizer step
 // (`boundary`, set before the forward pass) and whether that optimizer step is cancelled.
 
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
-#include <torch/types.h>
 
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "frugal/checkpoint/snapshot.hpp"
-#include "frugal/core/trainer_state.hpp"
+#include "frugal/base/communicator.hpp"
+#include "frugal/base/snapshot.hpp"
+#include "frugal/base/trainer_state.hpp"
 #include "frugal/data/batch.hpp"
-#include "frugal/distributed/communicator.hpp"
 
 namespace frugal {
 

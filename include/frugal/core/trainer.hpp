@@ -19,13 +19,13 @@
 #include <optional>
 #include <vector>
 
-#include "frugal/checkpoint/snapshot.hpp"
+#include "frugal/base/snapshot.hpp"
 #include "frugal/core/lr_schedule.hpp"
 #include "frugal/core/metrics_log.hpp"
 #include "frugal/core/model.hpp"
 #include "frugal/core/policy.hpp"
 #include "frugal/core/trainer_options.hpp"
-#include "frugal/core/trainer_state.hpp"
+#include "frugal/base/trainer_state.hpp"
 #include "frugal/data/data_loader.hpp"
 
 namespace frugal {
@@ -33,6 +33,7 @@ namespace frugal {
 namespace detail {
 class NonFiniteWatch;
 class OomSafetyNet;
+class StepLine;
 }
 
 /// Builds the optimizer over a module that already sits on the training device. A factory
@@ -160,6 +161,7 @@ class Trainer {
 
   std::unique_ptr<detail::OomSafetyNet> oom_net_;  // options_.halve_batch_on_oom
   std::unique_ptr<detail::NonFiniteWatch> nonfinite_;  // options_.stop_on_nonfinite_loss
+  std::unique_ptr<detail::StepLine> step_line_;  // the log line, figures said when they change
 
   // Loss summed on the device since the last log line: read back only when logging, so the
   // loop never waits for the GPU between steps.

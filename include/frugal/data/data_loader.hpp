@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "frugal/base/data_position.hpp"
 #include "frugal/data/dataset.hpp"
 
 namespace frugal {
@@ -58,13 +59,6 @@ struct DataLoaderOptions {
 };
 
 /// Where a loader stands: enough to continue exactly after a restart.
-struct DataPosition {
-  int64_t epoch = 0;
-  int64_t batch_index = 0;  // batches already handed out in this epoch
-  int64_t seed = 0;
-  int64_t batch_size = 0;   // the micro-batch batch_index counts in (0: not recorded)
-};
-
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);

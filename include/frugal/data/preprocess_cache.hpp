@@ -13,16 +13,22 @@
 //   });
 //   auto data = std::make_shared<frugal::ShardedDataset>(entry.dir, decode);
 
+#include <array>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "frugal/base/enum_names.hpp"
 
 namespace frugal {
 
 /// How a source file is identified: by its bytes (safe; reads the files once a run) or by
 /// path, size and modification time (instant; misses an edit that keeps both).
 enum class Fingerprint { content, metadata };
+constexpr std::array<EnumName<Fingerprint>, 2> names_of(Fingerprint) {
+  return {{{Fingerprint::content, "content"}, {Fingerprint::metadata, "metadata"}}};
+}
 
 /// One hex digest over the files (in the order given) and their names.
 std::string fingerprint_files(const std::vector<std::filesystem::path>& files, Fingerprint how = Fingerprint::content);

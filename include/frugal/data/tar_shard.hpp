@@ -14,6 +14,7 @@
 
 #include <torch/arg.h>
 
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/base/enum_names.hpp"
 #include "frugal/data/sample.hpp"
 
 struct archive;
@@ -33,6 +35,7 @@ enum class OnCorrupt {
   error,  ///< throw DataError naming the file and byte offset (default)
   skip,   ///< count it, log a warning with the same text, and go on
 };
+constexpr std::array<EnumName<OnCorrupt>, 2> names_of(OnCorrupt) { return {{{OnCorrupt::error, "error"}, {OnCorrupt::skip, "skip"}}}; }
 
 struct ShardWriterOptions {
   /// A new shard starts once the current one holds this many bytes (a sample is never split).

@@ -21,8 +21,8 @@
 #include <memory>
 #include <vector>
 
-#include "frugal/checkpoint/snapshot.hpp"
-#include "frugal/distributed/communicator.hpp"
+#include "frugal/base/snapshot.hpp"
+#include "frugal/base/communicator.hpp"
 
 namespace frugal {
 

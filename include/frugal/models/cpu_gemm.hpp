@@ -7,19 +7,20 @@
 // the default is oneDNN where LibTorch was built with it.
 //
 //   frugal::set_cpu_gemm(frugal::CpuGemm::mkl);  // torch::linear's own path, as Hugging Face runs
-//   frugal::set_cpu_gemm(frugal::parse_cpu_gemm(name));  // "onednn" or "mkl", from a config
+//   frugal::set_cpu_gemm(frugal::parse_enum_option<frugal::CpuGemm>(name, "model.cpu_gemm"));  // "onednn" or "mkl"
 
+#include <array>
 #include <string>
+
+#include "frugal/base/enum_names.hpp"
 
 namespace frugal {
 
 enum class CpuGemm { onednn, mkl };
+constexpr std::array<EnumName<CpuGemm>, 2> names_of(CpuGemm) { return {{{CpuGemm::onednn, "onednn"}, {CpuGemm::mkl, "mkl"}}}; }
 
 void set_cpu_gemm(CpuGemm gemm);
 CpuGemm cpu_gemm();
 
-/// "onednn" or "mkl"; anything else throws OptionError naming `option`.
-CpuGemm parse_cpu_gemm(const std::string& name, const std::string& option = "cpu_gemm");
-std::string to_string(CpuGemm gemm);
 
 }  // namespace frugal

@@ -12,11 +12,15 @@
 
 #include <string>
 
+#include "frugal/base/enum_names.hpp"
 #include "frugal/core/policy.hpp"
 
 namespace frugal {
 
 enum class ClipMode { off, norm, value };
+constexpr std::array<EnumName<ClipMode>, 3> names_of(ClipMode) {
+  return {{{ClipMode::off, "off"}, {ClipMode::norm, "norm"}, {ClipMode::value, "value"}}};
+}
 
 struct GradientClippingOptions {
   TORCH_ARG(ClipMode, mode) = ClipMode::off;

@@ -13,16 +13,18 @@
 #include <optional>
 #include <string>
 
+#include "frugal/base/enum_names.hpp"
+#include "frugal/base/precision.hpp"
 #include "frugal/core/policy.hpp"
 #include "frugal/precision/grad_scaler.hpp"
 
 namespace frugal {
 
-enum class Precision { fp32, fp16, bf16 };
-std::string to_string(Precision precision);
-
 /// What to do when an fp16 loss scale falls below min_scale (fp16 cannot represent the gradients).
 enum class ScaleFloorAction { error, fallback };
+constexpr std::array<EnumName<ScaleFloorAction>, 2> names_of(ScaleFloorAction) {
+  return {{{ScaleFloorAction::error, "error"}, {ScaleFloorAction::fallback, "fallback"}}};
+}
 
 struct MixedPrecisionOptions {
   TORCH_ARG(Precision, mode) = Precision::fp32;

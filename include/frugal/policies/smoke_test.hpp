@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/base/enum_names.hpp"
 #include "frugal/core/policy.hpp"
 #include "frugal/errors.hpp"
 
@@ -26,8 +27,9 @@ enum class SmokeTestMode {
   fail,       // a failed smoke test stops the fit before it starts
   warn,       // a failed smoke test is logged and the fit goes on
 };
-/// Parses "off|auto|fail|warn"; throws OptionError otherwise.
-SmokeTestMode parse_smoke_test_mode(const std::string& name);
+constexpr std::array<EnumName<SmokeTestMode>, 4> names_of(SmokeTestMode) {
+  return {{{SmokeTestMode::off, "off"}, {SmokeTestMode::automatic, "auto"}, {SmokeTestMode::fail, "fail"}, {SmokeTestMode::warn, "warn"}}};
+}
 
 struct SmokeTestOptions {
   TORCH_ARG(SmokeTestMode, mode) = SmokeTestMode::automatic;

@@ -11,12 +11,17 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
+#include <memory>
+
+#include "frugal/base/forward_guard.hpp"
+#include "frugal/base/precision.hpp"
+
 namespace frugal {
 
-class AutocastGuard {
+class AutocastGuard : public ForwardGuard {
  public:
   AutocastGuard(c10::DeviceType device_type, c10::ScalarType dtype);
-  ~AutocastGuard();
+  ~AutocastGuard() override;
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
@@ -25,5 +30,9 @@ class AutocastGuard {
   bool previous_enabled_;
   c10::ScalarType previous_dtype_;
 };
+
+/// The forward scope of a training precision: autocast to fp16 or bf16 on `device_type`, or none
+/// for fp32 or with autocast off (models that cast themselves).
+std::unique_ptr<ForwardGuard> autocast_scope(Precision precision, bool autocast, c10::DeviceType device_type);
 
 }  // namespace frugal

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "frugal/core/policy.hpp"
+#include "frugal/base/state_dict.hpp"
 
 namespace frugal {
 

@@ -3,7 +3,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
-#include "frugal/distributed/communicator.hpp"
+#include "frugal/base/communicator.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "host_memory.hpp"
+#include "base/host_memory.hpp"
 
 namespace frugal::detail {
 namespace {

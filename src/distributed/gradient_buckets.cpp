@@ -1,4 +1,4 @@
-#include "distributed/detail/gradient_buckets.hpp"
+#include "distributed/gradient_buckets.hpp"
 
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/autograd/function.h>

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "frugal/checkpoint/snapshot.hpp"
+#include "frugal/base/snapshot.hpp"
 
 namespace frugal::detail {
 

@@ -1,4 +1,4 @@
-#include "frugal/checkpoint/preemption.hpp"
+#include "frugal/base/preemption.hpp"
 
 #include <unistd.h>
 #ifdef __linux__

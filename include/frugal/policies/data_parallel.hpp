@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "frugal/base/enum_names.hpp"
 #include "frugal/core/policy.hpp"
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
@@ -37,12 +38,15 @@ class GradientBuckets;
 
 /// What keeps buffers (BatchNorm running mean/var) equal across ranks.
 enum class BufferSync { broadcast, average, off };
+constexpr std::array<EnumName<BufferSync>, 3> names_of(BufferSync) {
+  return {{{BufferSync::broadcast, "broadcast"}, {BufferSync::average, "average"}, {BufferSync::off, "off"}}};
+}
 
 /// What each rank keeps of the optimizer state and of the reduced gradients.
 enum class ShardMode { off, optimizer, gradients };
-std::string to_string(ShardMode mode);
-/// off, optimizer or gradients; OptionError naming `key` otherwise.
-ShardMode parse_shard_mode(const std::string& text, const std::string& key = "shard");
+constexpr std::array<EnumName<ShardMode>, 3> names_of(ShardMode) {
+  return {{{ShardMode::off, "off"}, {ShardMode::optimizer, "optimizer"}, {ShardMode::gradients, "gradients"}}};
+}
 
 struct DataParallelOptions {
   /// Gradient bytes per all-reduce.

@@ -1,29 +1,13 @@
-#include "frugal/distributed/data_parallel.hpp"
+#include "frugal/policies/data_parallel.hpp"
 
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
-#include "distributed/detail/gradient_buckets.hpp"
+#include "distributed/gradient_buckets.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
-
-std::string to_string(ShardMode mode) {
-  switch (mode) {
-    case ShardMode::off: return "off";
-    case ShardMode::optimizer: return "optimizer";
-    case ShardMode::gradients: return "gradients";
-  }
-  return "?";
-}
-
-ShardMode parse_shard_mode(const std::string& text, const std::string& key) {
-  if (text == "off") return ShardMode::off;
-  if (text == "optimizer") return ShardMode::optimizer;
-  if (text == "gradients") return ShardMode::gradients;
-  throw OptionError(key, c10::str(key, " must be off, optimizer or gradients, got '", text, "'"));
-}
 
 void DataParallelOptions::validate() const {
   if (!(bucket_cap_mb() > 0)) throw OptionError("bucket_cap_mb", c10::str("bucket_cap_mb must be > 0, got ", bucket_cap_mb()));

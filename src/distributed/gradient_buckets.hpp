@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "distributed/detail/bucket_layout.hpp"
-#include "frugal/distributed/communicator.hpp"
+#include "frugal/base/communicator.hpp"
 
 namespace torch::autograd {
 struct Node;

@@ -1,11 +1,11 @@
-#include "optim/detail/optimizer_archive.hpp"
+#include "optim/optimizer_archive.hpp"
 
 #include <torch/optim.h>
 #include <torch/serialize/output-archive.h>
 
 #include <unordered_map>
 
-#include "core/detail/host_memory.hpp"
+#include "base/host_memory.hpp"
 
 namespace frugal::detail {
 namespace {

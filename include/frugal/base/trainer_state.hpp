@@ -6,8 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "frugal/core/model.hpp"
-#include "frugal/data/data_loader.hpp"
+#include "frugal/base/metrics.hpp"
 
 namespace frugal {
 

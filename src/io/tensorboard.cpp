@@ -1,4 +1,4 @@
-#include "frugal/tooling/tensorboard.hpp"
+#include "frugal/io/tensorboard.hpp"
 
 #include <unistd.h>
 

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <vector>
 
-#include "frugal/checkpoint/checkpoint_store.hpp"
+#include "frugal/errors.hpp"
 
 namespace frugal::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "optim/detail/portable_state.hpp"
+#include "optim/portable_state.hpp"
 
 #include <c10/util/StringUtil.h>
 #include <torch/nn/module.h>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "frugal/checkpoint/checkpoint_store.hpp"
+#include "frugal/errors.hpp"
 
 namespace frugal::detail {
 namespace {

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "frugal/core/trainer_state.hpp"
-#include "frugal/data/data_loader.hpp"
+#include "frugal/base/trainer_state.hpp"
+#include "frugal/base/data_position.hpp"
 
 namespace frugal {
 
@@ -73,5 +73,13 @@ struct TrainingSnapshot {
 
   bool sharded() const { return sharding != nullptr || shards != nullptr; }
 };
+
+/// The ranks of `written` whose pieces overlap any of `wanted` (one rank's pieces in another
+/// layout): the shards a rank must read to resume. Every rank when `wanted` is null (a whole model).
+std::vector<int64_t> overlapping_shards(const ShardingInfo& written, const std::vector<ShardPieceInfo>* wanted);
+
+/// Rank `rank`'s part of a sharded checkpoint; CheckpointError naming the shard when it does not
+/// hold what the layout lists.
+ShardContents read_shard(const ShardSource& source, int64_t rank);
 
 }  // namespace frugal
