@@ -16,7 +16,7 @@ torch=$("$FRUGAL_PYTHON_BIN" -c "import os, torch; print(os.path.dirname(torch._
 
 # target -> the sources it instruments (the parser and what it calls on the input's bytes)
 declare -A sources=(
-  [checkpoint]="src/checkpoint/checkpoint_store.cpp src/checkpoint/consolidate.cpp src/checkpoint/detail/durable_io.cpp src/optim/detail/portable_state.cpp"
+  [checkpoint]="src/checkpoint/checkpoint_store.cpp src/checkpoint/consolidate.cpp src/base/durable_io.cpp src/base/snapshot.cpp src/optim/portable_state.cpp"
   [tar_shard]="src/data/tar_shard.cpp src/data/detail/tar_members.cpp src/data/sample.cpp"
   [jpeg]="src/data/image/jpeg.cpp src/data/image/jpeg_region.cpp"
   [npy]="src/data/npy.cpp"

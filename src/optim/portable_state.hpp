@@ -9,6 +9,7 @@
 //   per-parameter entries scalars and 0-d tensors (the step count): copied to every piece
 
 #include <c10/core/Device.h>
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include <map>
