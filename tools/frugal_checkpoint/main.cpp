@@ -9,6 +9,7 @@
 
 #include <iostream>
 
+#include "frugal/base/precision.hpp"
 #include "frugal/checkpoint/consolidate.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/io/safetensors.hpp"
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   auto* exporter = app.add_subcommand("export", "Write the whole model's weights as safetensors, gathered from every shard");
   exporter->add_option("checkpoint", path, "ckpt-<step> folder, or a checkpoints directory (its newest valid one)")->required();
   exporter->add_option("output", out, "safetensors file to write")->required();
-  exporter->add_option("--dtype", dtype, "Floating-point weights as fp32, fp16 or bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  exporter->add_option("--dtype", dtype, "Floating-point weights as fp32, fp16 or bf16")->check(CLI::IsMember(frugal::enum_choices<frugal::Precision>()));
   CLI11_PARSE(app, argc, argv);
   try {
     if (verify->parsed()) {
@@ -70,9 +71,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto weights = frugal::consolidated_weights(store, found);
-    if (dtype != "fp32") {
+    const frugal::Precision precision = frugal::parse_enum_option<frugal::Precision>(dtype, "--dtype");
+    if (precision != frugal::Precision::fp32) {
       for (auto& [name, t] : weights) {
-        if (t.is_floating_point()) t = t.to(dtype == "fp16" ? torch::kHalf : torch::kBFloat16);
+        if (t.is_floating_point()) t = t.to(frugal::scalar_type_of(precision));
       }
     }
     frugal::write_safetensors(out, weights, {{"format", "pt"}, {"frugal_step", std::to_string(found.step)}});
