@@ -57,7 +57,7 @@ for t in "${targets[@]}"; do
   if [ "$rc" -ne 0 ]; then
     status=1
     echo "$t: FINDING after ${runs:-?} runs ($cov): $(grep -m1 -E "ERROR|runtime error|terminate|deadly signal" "$out/run.log")"
-    ls "$out"/crash-* "$out"/oom-* "$out"/timeout-* 2> /dev/null | head -3
+    for f in "$out"/crash-* "$out"/oom-* "$out"/timeout-*; do if [ -e "$f" ]; then echo "$f"; fi; done
   else
     echo "$t: ${runs:-?} runs in ${seconds} s, $cov, corpus $(ls "$out/corpus" | wc -l) inputs, no finding"
   fi

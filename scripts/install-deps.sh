@@ -20,7 +20,7 @@ VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "install-deps: apt-get install ${missing[*]}"

@@ -6,7 +6,7 @@ build=$1 dest=$2
 rm -rf "$dest"
 mkdir -p "$dest"
 for target in $(cat "$(dirname "$0")/targets.txt"); do
-  found=$(find "$build/tests" "$build/bench" "$build/examples" "$build/tools" -maxdepth 2 -type f -name "$target" | head -n 1)
+  found=$(find "$build/tests" "$build/bench" "$build/examples" "$build/tools" -maxdepth 2 -type f -name "$target" -print -quit)
   [ -n "$found" ] || { echo "collect_binaries: $target is not built in $build" >&2; exit 1; }
   strip -o "$dest/$target" "$found"
 done

@@ -47,18 +47,18 @@ grep -q "preprocessing cache hit: bert_squad_features" ck1.log || fail "the seco
 grep -q "recovery: on" ck2.log || fail "the recovery ladder is not on"
 grep -q "resumed at step 17, epoch 1" ck2.log || fail "did not resume: $(grep -m2 -i resum ck2.log)"
 
-"$exe" "${common[@]}" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
+"$exe" "${common[@]}" --smoke-test --trainer.run_dir=smoke | grep 'smoke test passed' >/dev/null || fail "--smoke-test"
 
 set +e
 printf '{"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "1", "question": 7}]}]}]}' > bad.json
 err=$("$exe" "${base[@]}" --squad.dev=bad.json --trainer.run_dir=bad 2>&1); rc=$?
-[ "$rc" -eq 1 ] && echo "$err" | grep -q 'bad.json: $.data\[0\].paragraphs\[0\].qas\[0\].question: expected string' \
+[ "$rc" -eq 1 ] && grep -q <<<"$err" 'bad.json: $.data\[0\].paragraphs\[0\].qas\[0\].question: expected string' \
   || fail "malformed SQuAD: exit $rc: $err"
 err=$("$exe" "${common[@]}" --squad.max_seq_length=many 2>&1); rc=$?
-[ "$rc" -eq 2 ] && echo "$err" | grep -q "squad.max_seq_length" || fail "bad value: exit $rc: $err"
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "squad.max_seq_length" || fail "bad value: exit $rc: $err"
 err=$("$exe" "${common[@]}" --model.activation_checkpointing=every:0 2>&1); rc=$?
-[ "$rc" -eq 2 ] && echo "$err" | grep -q "model.activation_checkpointing" || fail "bad activation_checkpointing: exit $rc: $err"
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "model.activation_checkpointing" || fail "bad activation_checkpointing: exit $rc: $err"
 err=$("$exe" "${common[@]}" --model.cpu_gemm=blas 2>&1); rc=$?
-[ "$rc" -eq 2 ] && echo "$err" | grep -q "model.cpu_gemm must be one of onednn, mkl; got 'blas'" || fail "bad cpu_gemm: exit $rc: $err"
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "model.cpu_gemm must be one of onednn, mkl; got 'blas'" || fail "bad cpu_gemm: exit $rc: $err"
 set -e
 echo PASS

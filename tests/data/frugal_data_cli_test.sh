@@ -22,7 +22,7 @@ grep -q "scanned 61, kept 60, removed 1 (exact: 1)" dedup.out || fail "dedup: $(
 grep -q '"removed":"000000060"' report.jsonl || fail "report: $(cat report.jsonl)"
 grep -q '"kept":"000000003"' report.jsonl || fail "report: $(cat report.jsonl)"
 
-first=$(ls shards/*.tar | head -1)
+tars=(shards/*.tar); first=${tars[0]}
 truncate -s 1500 "$first"
 set +e
 "$tool" verify shards > damaged.out; rc=$?

@@ -34,9 +34,9 @@ for i in "${!cases[@]}"; do
   set +e; out=$(launch "run$i" "$extra"); rc=$?; set -e
   [ "$rc" -ne 0 ] || fail "$extra on rank 1 was accepted"
   [ "$(echo "$out" | grep -o "the ranks were started with different settings" | wc -l)" -ge 2 ] || fail "$extra: both ranks should say it: $out"
-  echo "$out" | grep -qF "$expected" || { [[ "$extra" == --model.train_examples* ]] && echo "$out" | grep -qF "model.train_examples' is 4096 on rank 0 and 4097 on rank 1"; } \
+  grep -qF <<<"$out" "$expected" || { [[ "$extra" == --model.train_examples* ]] && grep -qF <<<"$out" "model.train_examples' is 4096 on rank 0 and 4097 on rank 1"; } \
     || fail "$extra: expected '$expected' in: $out"
-  echo "$out" | grep -q "terminate called\|Aborted\|core dumped" && fail "$extra: a rank aborted: $out"
+  grep -q <<<"$out" "terminate called\|Aborted\|core dumped" && fail "$extra: a rank aborted: $out"
   for f in config.toml train.log metrics.jsonl checkpoints; do
     [ ! -e "run$i/$f" ] || fail "$extra: run$i/$f was written"
   done

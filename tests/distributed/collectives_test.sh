@@ -15,15 +15,15 @@ for n in 2 3; do
   echo "ok: $n processes"
 done
 out=$(launch 3 die 2>&1)
-echo "$out" | grep -q "rank 0: failed after" || fail "rank 0 did not fail promptly when rank 1 died: $out"
-echo "$out" | grep -q "rank 2: failed after" || fail "rank 2 did not fail promptly when rank 1 died: $out"
-echo "$out" | grep -q "failed, a peer may have died" || fail "the error does not say what happened: $out"
+grep -q <<<"$out" "rank 0: failed after" || fail "rank 0 did not fail promptly when rank 1 died: $out"
+grep -q <<<"$out" "rank 2: failed after" || fail "rank 2 did not fail promptly when rank 1 died: $out"
+grep -q <<<"$out" "failed, a peer may have died" || fail "the error does not say what happened: $out"
 echo "ok: a dead rank makes the others fail"
 # A collective mismatch (rank 1 all-reduces more elements): gloo throws from a thread of its own,
 # which would end the process with SIGABRT; every rank ends with an error message and code 1.
 out=$(launch 2 mismatch 2>&1)
-echo "$out" | grep -q "terminate called\|exitcode *: *-6\|Aborted" && fail "a rank aborted on a collective mismatch: $out"
-echo "$out" | grep -q "collective mismatch" || fail "no word of a collective mismatch: $out"
+grep -q <<<"$out" "terminate called\|exitcode *: *-6\|Aborted" && fail "a rank aborted on a collective mismatch: $out"
+grep -q <<<"$out" "collective mismatch" || fail "no word of a collective mismatch: $out"
 [ "$(echo "$out" | grep -c "exitcode *: *1 ")" -ge 1 ] || fail "no rank exited 1: $out"
 echo "ok: a collective mismatch ends the ranks with a message, not SIGABRT"
 echo PASS

@@ -14,7 +14,7 @@ parity)
     n="$1"; shift
     out=$(launch "$n" parity "$@") || fail "$n processes, $*: $out"
     expect_all "$out" "$n" "parity ok"
-    echo "$out" | grep "parity ok" | head -1
+    grep -m1 "parity ok" <<<"$out"
     echo "ok: $n processes, $*"
   done ;;
 oom)
@@ -22,7 +22,7 @@ oom)
     out=$(launch 2 oom shard=$shard) || fail "shard=$shard: $out"
     expect_all "$out" 2 "oom ok: every rank went on with micro-batches of 2"
     expect_all "$out" 2 "parity ok"
-    echo "$out" | grep "parity ok" | head -1
+    grep -m1 "parity ok" <<<"$out"
     echo "ok: shard=$shard, rank 1 alone out of memory: both ranks halve, same weights as one process"
   done ;;
 overflow)
@@ -41,9 +41,9 @@ buffers)
   echo "ok: without synchronisation the buffers differ" ;;
 die)
   out=$(launch 3 die)
-  echo "$out" | grep -q "rank 0: failed after" || fail "rank 0 did not fail promptly when rank 1 died: $out"
-  echo "$out" | grep -q "rank 2: failed after" || fail "rank 2 did not fail promptly when rank 1 died: $out"
-  echo "$out" | grep -q "a peer may have died" || fail "the error does not say what happened: $out"
+  grep -q <<<"$out" "rank 0: failed after" || fail "rank 0 did not fail promptly when rank 1 died: $out"
+  grep -q <<<"$out" "rank 2: failed after" || fail "rank 2 did not fail promptly when rank 1 died: $out"
+  grep -q <<<"$out" "a peer may have died" || fail "the error does not say what happened: $out"
   echo "ok: a dead rank makes the others fail" ;;
 resume)
   whole=$(launch 2 resume dir=whole max_steps=12) || fail "uninterrupted: $whole"
@@ -57,14 +57,14 @@ resume)
   done
   echo "ok: resumed from a 2-process checkpoint, bitwise equal to an uninterrupted run"
   other=$(launch 3 resume dir=split max_steps=18) || fail "a 3-process resume of the 2-process checkpoint: $other"
-  echo "$other" | grep -q "resuming on 3 ranks from a checkpoint written by 2" || fail "no word of the new world size: $other"
+  grep -q <<<"$other" "resuming on 3 ranks from a checkpoint written by 2" || fail "no word of the new world size: $other"
   expect_all "$other" 3 "stopped at step 18"
   echo "ok: a 2-process checkpoint resumes on 3 processes, at the same place in the epoch" ;;
 preempt)
   for shard in off gradients; do
     out=$(launch 2 preempt dir=run-$shard max_steps=12 shard=$shard) || fail "shard=$shard: $out"
     expect_all "$out" 2 "stopped at step 4: checkpoint: pre-empted"
-    echo "$out" | grep -q "latest checkpoint .*0*4$" || fail "shard=$shard: rank 0 wrote no checkpoint of step 4: $out"
+    grep -q <<<"$out" "latest checkpoint .*0*4$" || fail "shard=$shard: rank 0 wrote no checkpoint of step 4: $out"
     echo "ok: shard=$shard, a signal to one rank stops every rank at the same step, with a checkpoint"
   done
   ls run-gradients/checkpoints/ckpt-000000004/shard-0000{0,1}-of-00002.optimizer.pt > /dev/null || fail "no shard of each rank" ;;

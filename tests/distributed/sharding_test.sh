@@ -19,7 +19,7 @@ PY
 reference() {
   out=$(launch 2 train shard=gradients batch=6 dir=whole max_steps=12 out=whole.txt) || fail "uninterrupted: $out"
   expect_all "$out" 2 "stopped at step 12"
-  echo "$out" | grep -q "sharded (gradients)" || fail "the run did not shard: $out"
+  grep -q <<<"$out" "sharded (gradients)" || fail "the run did not shard: $out"
 }
 # The first half of it, stopped after the checkpoint of step 6.
 first_half() {
@@ -37,7 +37,7 @@ parity)
     n="$1"; shift
     out=$(launch "$n" parity "$@") || fail "$n processes, $*: $out"
     expect_all "$out" "$n" "parity ok"
-    echo "$out" | grep "parity ok" | head -1
+    grep -m1 "parity ok" <<<"$out"
     echo "ok: $n processes, $*"
   done ;;
 reshard)
@@ -49,7 +49,7 @@ reshard)
     n="$1"; shift
     dir="resume-$n-$1"; rm -rf "$dir"; cp -r split "$dir"
     out=$(launch "$n" train "$@" dir="$dir" max_steps=12 out="$dir.txt") || fail "resume on $n ($*): $out"
-    echo "$out" | grep -q "resuming from .*ckpt-000000006" || fail "resume on $n ($*) did not start from step 6: $out"
+    grep -q <<<"$out" "resuming from .*ckpt-000000006" || fail "resume on $n ($*) did not start from step 6: $out"
     expect_all "$out" "$n" "stopped at step 12"
     if [ "$n" = 2 ] && [ "$1" = shard=gradients ]; then
       cmp -s whole.txt "$dir.txt" || fail "resumed on the same layout but not bitwise equal"
@@ -73,19 +73,19 @@ damaged)
   "$python" -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=0xFF; open(p,'wb').write(bytes(b))" \
     split/checkpoints/ckpt-000000006/shard-00001-of-00002.optimizer.pt
   out=$(launch 2 train shard=gradients batch=6 dir=split max_steps=12 out=damaged.txt) || fail "resume past a damaged shard: $out"
-  echo "$out" | grep -q "ckpt-000000006: shard-00001-of-00002.optimizer.pt fails its checksum" || fail "the damaged shard is not named: $out"
-  echo "$out" | grep -q "resuming from .*ckpt-000000003" || fail "did not fall back to step 3: $out"
+  grep -q <<<"$out" "ckpt-000000006: shard-00001-of-00002.optimizer.pt fails its checksum" || fail "the damaged shard is not named: $out"
+  grep -q <<<"$out" "resuming from .*ckpt-000000003" || fail "did not fall back to step 3: $out"
   cmp -s whole.txt damaged.txt || fail "after the fallback the run is not bitwise equal to the uninterrupted one"
   echo "ok: a damaged shard is named, the previous checkpoint is used, the run ends bitwise equal"
   rm missing/checkpoints/ckpt-000000006/shard-00000-of-00002.weights.pt
   out=$(launch 2 train shard=gradients batch=6 dir=missing max_steps=12 out=missing.txt) || fail "resume past a missing shard: $out"
-  echo "$out" | grep -q "ckpt-000000006: missing file shard-00000-of-00002.weights.pt" || fail "the missing shard is not named: $out"
+  grep -q <<<"$out" "ckpt-000000006: missing file shard-00000-of-00002.weights.pt" || fail "the missing shard is not named: $out"
   cmp -s whole.txt missing.txt || fail "after a missing shard the run is not bitwise equal to the uninterrupted one"
   echo "ok: a missing shard is named, the previous checkpoint is used" ;;
 export)
   reference
   "$tool" verify whole/checkpoints/ckpt-000000012 || fail "the final checkpoint does not verify"
-  "$tool" info whole/checkpoints | grep -q "sharded over 2 ranks" || fail "info does not say the checkpoint is sharded"
+  "$tool" info whole/checkpoints | grep "sharded over 2 ranks" >/dev/null || fail "info does not say the checkpoint is sharded"
   "$tool" export whole/checkpoints/ckpt-000000012 model.safetensors || fail "export failed"
   "$python" - <<'PY' || fail "the exported weights are not the run's"
 import numpy as np

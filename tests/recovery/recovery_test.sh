@@ -14,7 +14,7 @@ probe="$1"; checkpoint_tool="$2"; python="$3"; work="$4"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 rungs() { "$python" -c "import json,sys; print(' '.join(str(int(j['rung'])) for j in map(json.loads, open(sys.argv[1])) if j['event']=='recovery'))" "$1"; }
-field() { echo "$1" | grep '^final:' | head -1 | sed -E "s/.* $2 ([^ ]+).*/\1/"; }
+field() { grep -m1 '^final:' <<<"$1" | sed -E "s/.* $2 ([^ ]+).*/\1/"; }
 
 ladder=(--probe.corrupt=320-335:nan,352-367:nan,384-399:nan,416-431:nan,448-463:nan --precision.mode=bf16
         --recovery.enabled=true --recovery.repeat_window=10 --recovery.snapshot_every_n_steps=5
@@ -23,11 +23,11 @@ ladder=(--probe.corrupt=320-335:nan,352-367:nan,384-399:nan,416-431:nan,448-463:
 echo "== 1. every rung in order"
 set +e; out=$("$probe" --trainer.run_dir=all "${ladder[@]}" 2>&1); rc=$?; set -e
 [ "$rc" -eq 1 ] || fail "the ladder's last rung should end the run with exit 1, got $rc: $out"
-echo "$out" | grep -q "recovery: gave up at step" || fail "no report: $out"
+grep -q <<<"$out" "recovery: gave up at step" || fail "no report: $out"
 [ "$(rungs all/metrics.jsonl)" = "1 2 3 4 5" ] || fail "rungs $(rungs all/metrics.jsonl), expected 1 2 3 4 5: $out"
-echo "$out" | grep -q "learning rate x 0.5" || fail "rung 3 did not lower the learning rate: $out"
-echo "$out" | grep -q "precision bf16 -> fp32" || fail "rung 4 did not switch precision: $out"
-echo "$out" | grep -q "rolled back to step 15, skipping batches 15 of epoch 0 to before 23 of epoch 0" || fail "rung 2's rollback: $out"
+grep -q <<<"$out" "learning rate x 0.5" || fail "rung 3 did not lower the learning rate: $out"
+grep -q <<<"$out" "precision bf16 -> fp32" || fail "rung 4 did not switch precision: $out"
+grep -q <<<"$out" "rolled back to step 15, skipping batches 15 of epoch 0 to before 23 of epoch 0" || fail "rung 2's rollback: $out"
 last=$(ls -d all/checkpoints/ckpt-* | sort -V | tail -1)
 "$checkpoint_tool" verify "$last" > /dev/null || fail "the checkpoint the ladder stopped with does not verify"
 
@@ -43,7 +43,7 @@ v0=$(field "$clean" validation_loss); v1=$(field "$out" validation_loss)
   || fail "recovered validation loss $v1 is far from the clean run's $v0"
 echo "clean validation loss $v0, recovered $v1"
 set +e; off=$("$probe" --trainer.run_dir=off "${bumpy[@]}" 2>&1); rc=$?; set -e
-[ "$rc" -eq 1 ] && echo "$off" | grep -q "non-finite" || fail "with recovery off the NaN batch should stop the run (rc $rc): $off"
+[ "$rc" -eq 1 ] && grep -q <<<"$off" "non-finite" || fail "with recovery off the NaN batch should stop the run (rc $rc): $off"
 
 echo "== 3. killed mid-ladder and resumed"
 kill_args=("${ladder[@]}" --checkpoint.every_n_steps=1 --checkpoint.async=false)

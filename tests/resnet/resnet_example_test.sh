@@ -38,7 +38,7 @@ common=("${base[@]}" "${shards[@]}")
 grep -q '"recovery_anomalies":0.0' policies/metrics.jsonl || fail "the recovery ladder is not on, or saw anomalies in clean data"
 grep -q 'channels_last' policies.log || fail "channels_last not reported"
 grep -q '"grad_norm"' policies/metrics.jsonl || fail "no grad_norm (clipping) in metrics.jsonl"
-grep -q 'stopped: early_stopping: top1' policies/train.log || fail "early stopping at top1 >= 0.5 did not stop the run: $(grep -i stop policies/train.log | head -3)"
+grep -q 'stopped: early_stopping: top1' policies/train.log || fail "early stopping at top1 >= 0.5 did not stop the run: $(grep -i -m3 stop policies/train.log)"
 [ -f policies/checkpoints/latest ] || fail "no checkpoint written"
 
 # Exact resume: one epoch, then a restart to two, equals two epochs straight (same schedule).
@@ -58,11 +58,11 @@ out=$(timeout 300 "$python" -m torch.distributed.run --standalone --nproc-per-no
       --trainer.max_epochs=3 --trainer.run_dir=ddp --model.channels_last=true --data.num_workers=1 \
       --distributed.shard=gradients --model.activation_checkpointing=every:2 2>&1) \
   || fail "2-process run exited $?: $(echo "$out" | tail -3)"
-echo "$out" | grep -q "resnet: resnet18 (base 16, 10 classes, channels_last) on cpu, 2 processes, 69 steps" \
+grep -q <<<"$out" "resnet: resnet18 (base 16, 10 classes, channels_last) on cpu, 2 processes, 69 steps" \
   || fail "2 processes: $(echo "$out" | grep "resnet:")"
 grep -q "data parallel: rank 0 of 2" ddp/train.log || fail "train.log does not show data parallelism"
 grep -q "sharded (gradients): this rank updates" ddp/train.log || fail "train.log does not show sharding"
-echo "$out" | grep -q "activation checkpointing: every:2" || fail "the run does not report activation checkpointing"
+grep -q <<<"$out" "activation checkpointing: every:2" || fail "the run does not report activation checkpointing"
 grep -q '"memory_optimizer_mb"' ddp/metrics.jsonl || fail "no per-rank memory in metrics.jsonl"
 top1=$(grep '"event":"validation"' ddp/metrics.jsonl | tail -1 | sed 's/.*"top1":\([0-9.]*\).*/\1/')
 awk -v a="$top1" 'BEGIN { exit !(a > 0.5) }' || fail "sharded, checkpointed 2-process run: top-1 $top1 <= 0.5"
@@ -75,25 +75,25 @@ grep -q "resnet: resnet18" folder.log || fail "folder run did not finish"
   --images.size=32 --trainer.max_epochs=1 --trainer.run_dir=synthetic > synthetic.log 2>&1 || fail "synthetic run: $(tail -3 synthetic.log)"
 grep -q "resnet: resnet18 (base 16, 10 classes) on cpu, 2 steps" synthetic.log || fail "synthetic: $(tail -1 synthetic.log)"
 
-"$exe" "${common[@]}" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
+"$exe" "${common[@]}" --smoke-test --trainer.run_dir=smoke | grep 'smoke test passed' >/dev/null || fail "--smoke-test"
 
 # Bad input: a key's value, a missing directory, a corrupt image (an error, or a counted skip).
 set +e
 err=$("$exe" "${common[@]}" --model.variant=resnet51 2>&1); rc=$?
-[ "$rc" -eq 2 ] && echo "$err" | grep -q "model.variant" || fail "bad variant: exit $rc: $err"
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "model.variant" || fail "bad variant: exit $rc: $err"
 err=$("$exe" "${common[@]}" --model.activation_checkpointing=attention 2>&1); rc=$?
-[ "$rc" -eq 2 ] && echo "$err" | grep -q "model.activation_checkpointing: attention is BERT's" || fail "attention on ResNet: exit $rc: $err"
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "model.activation_checkpointing: attention is BERT's" || fail "attention on ResNet: exit $rc: $err"
 err=$("$exe" "${base[@]}" --images.train=nowhere 2>&1); rc=$?
-[ "$rc" -eq 1 ] && echo "$err" | grep -q "nowhere" || fail "missing directory: exit $rc: $err"
+[ "$rc" -eq 1 ] && grep -q <<<"$err" "nowhere" || fail "missing directory: exit $rc: $err"
 mkdir -p broken/train/0 broken/train/1 broken/val
 cp digits/images/train/0/*.jpg broken/train/0/ && cp digits/images/train/1/*.jpg broken/train/1/
 cp -r digits/images/val/0 digits/images/val/1 broken/val/
 head -c 300 digits/images/train/1/0001.jpg > broken/train/1/0001.jpg
 err=$("$exe" "${base[@]}" --images.source=folder --images.train=broken/train --images.val=broken/val --trainer.max_epochs=1 \
       --trainer.run_dir=broken1 2>&1); rc=$?
-[ "$rc" -eq 1 ] && echo "$err" | grep -q "1/0001.jpg" || fail "corrupt image: exit $rc: $(echo "$err" | tail -2)"
+[ "$rc" -eq 1 ] && grep -q <<<"$err" "1/0001.jpg" || fail "corrupt image: exit $rc: $(echo "$err" | tail -2)"
 err=$("$exe" "${base[@]}" --images.source=folder --images.train=broken/train --images.val=digits/images/val 2>&1); rc=$?
-[ "$rc" -eq 1 ] && echo "$err" | grep -q "classes that differ" || fail "mismatched validation classes: exit $rc: $err"
+[ "$rc" -eq 1 ] && grep -q <<<"$err" "classes that differ" || fail "mismatched validation classes: exit $rc: $err"
 set -e
 "$exe" "${base[@]}" --images.source=folder --images.train=broken/train --images.val=broken/val --trainer.max_epochs=1 \
   --data.on_corrupt=skip --trainer.run_dir=broken2 > skip.log 2>&1 || fail "skip run: $(tail -3 skip.log)"

@@ -70,7 +70,7 @@ grep -q -- "--model.lr=0.01" fromfile/cells/01-*/r0/result.json || fail "the fil
 grep -q "2 of 2 runs are done already" fromfile2.out || fail "--grid FILE should be the same grid: $(cat fromfile2.out)"
 printf '[grid]\n"data.batch_size" = [64, {a = 1}]\n' > bad_grid.toml
 set +e; out=$("$sweep" --grid-file bad_grid.toml --out bad -- "$minimal" 2>&1); rc=$?; set -e
-[ "$rc" -eq 2 ] && echo "$out" | grep -q "bad_grid.toml: grid.data.batch_size: values must be strings, numbers or booleans" \
+[ "$rc" -eq 2 ] && grep -q <<<"$out" "bad_grid.toml: grid.data.batch_size: values must be strings, numbers or booleans" \
   || fail "a bad grid file: rc $rc $out"
 
 echo "== a damaged result.json is not a result: that run starts again"
@@ -89,7 +89,7 @@ dir=$(ls names/cells)
 [ -f "names/cells/$dir/r0/result.json" ] || fail "the cell with a long name did not run: rc $rc $out"
 huge=(); for k in a b c d e f g h i j k l m n; do huge+=(--grid "s.$k=1,2"); done
 set +e; out=$("$sweep" "${huge[@]}" --out huge -- true 2>&1); rc=$?; set -e
-[ "$rc" -eq 2 ] && echo "$out" | grep -q "the grid has more than 10000 cells" || fail "a 16384-cell grid: rc $rc $out"
+[ "$rc" -eq 2 ] && grep -q <<<"$out" "the grid has more than 10000 cells" || fail "a 16384-cell grid: rc $rc $out"
 
 echo "== --repeat 2, objective by memory"
 "$sweep" --grid data.batch_size=64 --repeat 2 --steps 4 --warmup 1 --objective peak_memory_mb --no-plots --out repeat -- "${program[@]}" > repeat.out 2>&1 \
@@ -120,11 +120,11 @@ pgrep -f "trainer.run_dir=$PWD/stopped" > /dev/null && fail "a cell outlived the
 
 echo "== bad usage is named"
 set +e; out=$("$sweep" --grid data.batch_size=64,128 --out bad -- "$minimal" --data.batch_size=32 2>&1); rc=$?; set -e
-[ "$rc" -eq 2 ] && echo "$out" | grep -q "data.batch_size is a grid axis but the program's arguments set it too" || fail "conflict: rc $rc $out"
+[ "$rc" -eq 2 ] && grep -q <<<"$out" "data.batch_size is a grid axis but the program's arguments set it too" || fail "conflict: rc $rc $out"
 set +e; out=$("$sweep" --grid data.batch_size --out bad -- "$minimal" 2>&1); rc=$?; set -e
-[ "$rc" -eq 2 ] && echo "$out" | grep -q "expected key=value1,value2" || fail "malformed grid: rc $rc $out"
+[ "$rc" -eq 2 ] && grep -q <<<"$out" "expected key=value1,value2" || fail "malformed grid: rc $rc $out"
 set +e; out=$("$sweep" --grid data.batch_size=1 --objective speed --out bad -- "$minimal" 2>&1); rc=$?; set -e
-[ "$rc" -eq 2 ] && echo "$out" | grep -q "'speed' is not one of" || fail "objective: rc $rc $out"
+[ "$rc" -eq 2 ] && grep -q <<<"$out" "'speed' is not one of" || fail "objective: rc $rc $out"
 
 echo "== queue"
 for i in 1 2; do "$sweep" queue add q --name quick$i -- bash -c "echo \$CUDA_VISIBLE_DEVICES > quick$i.txt; sleep 0.5" > /dev/null; done
@@ -135,7 +135,7 @@ grep -q "\[cuda:3\] job 000001" run1.out && grep -q "\[cuda:5\] job 000002" run1
 for i in 3 4 5 6; do
   "$sweep" queue add q --name slow$i -- bash -c "trap 'echo term > term$i.txt; exit 0' TERM; echo started > started$i.txt; sleep 60 & wait" > /dev/null
 done
-"$sweep" queue list q | grep -c pending | grep -qx 4 || fail "4 pending expected: $("$sweep" queue list q)"
+[ "$("$sweep" queue list q | grep -c pending)" -eq 4 ] || fail "4 pending expected: $("$sweep" queue list q)"
 "$sweep" queue run q --parallel 2 > run2.out 2>&1 &
 runner=$!
 for _ in $(seq 100); do [ "$(ls started*.txt 2>/dev/null | wc -l)" -ge 2 ] && break; sleep 0.1; done
@@ -157,7 +157,7 @@ rm -rf q2
 "$sweep" queue add q2 --name bad -- true > /dev/null
 bad=$(ls q2/pending | tail -1)
 echo '{"command": ["true", 5]}' > "q2/pending/$bad"
-"$sweep" queue list q2 | grep -q "is damaged (command: 5 is not a string)" || fail "list should name the damage: $("$sweep" queue list q2)"
+"$sweep" queue list q2 | grep "is damaged (command: 5 is not a string)" >/dev/null || fail "list should name the damage: $("$sweep" queue list q2)"
 "$sweep" queue run q2 > run3.out 2>&1 || fail "queue run over a damaged job: $(cat run3.out)"
 grep -q "is damaged (command: 5 is not a string): moved to failed/" run3.out && [ -f "q2/failed/$bad" ] || fail "the damaged job: $(cat run3.out)"
 [ -f good.txt ] || fail "the good job did not run: $(cat run3.out)"

@@ -22,7 +22,7 @@ amp=$(FRUGAL_PRECISION=bf16 "$exe" --config "$source_dir/examples/minimal/config
       --trainer.device=cpu --trainer.log_every_n_steps=8 2>&1) || fail "amp run exited $?: $amp"
 grep -q 'mode = "bf16"  # environment variable FRUGAL_PRECISION' amp/config.toml || fail "FRUGAL_PRECISION not applied"
 grep -q '"grad_norm"' amp/metrics.jsonl || fail "no grad_norm in metrics.jsonl"
-echo "$amp" | grep -q "16 steps" || fail "accumulation 2 over 32 batches should make 16 steps: $amp"
+grep -q <<<"$amp" "16 steps" || fail "accumulation 2 over 32 batches should make 16 steps: $amp"
 
 # Checkpointing from the command line: a second start resumes where the first stopped.
 ck=(--config "$source_dir/examples/minimal/config.toml" --model.train_examples=4096 --trainer.run_dir=ck
@@ -48,11 +48,11 @@ awk -v a="$acc" 'BEGIN { exit !(a > 0.85) }' || fail "sharded validation accurac
 "$exe" "${sh[@]}" --trainer.run_dir=sh3 --model.noise=0.05 > sh3.log 2>&1 || fail "third sharded run: $(tail -3 sh3.log)"
 grep -q "preprocessing cache miss" sh3.log || fail "a new noise level must not reuse the cached spirals"
 
-"$exe" --smoke-test --trainer.run_dir=smoke | grep -q 'smoke test passed' || fail "--smoke-test"
+"$exe" --smoke-test --trainer.run_dir=smoke | grep 'smoke test passed' >/dev/null || fail "--smoke-test"
 
 set +e
 err=$(FRUGAL_DATA_BATCH_SIZE=many "$exe" --trainer.run_dir=bad 2>&1); rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "bad env value exited $rc, want 2"
-echo "$err" | grep -q "FRUGAL_DATA_BATCH_SIZE" || fail "error does not name the variable: $err"
+grep -q <<<"$err" "FRUGAL_DATA_BATCH_SIZE" || fail "error does not name the variable: $err"
 echo "PASS"
