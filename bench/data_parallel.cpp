@@ -70,7 +70,7 @@ double step_seconds(const std::shared_ptr<Communicator>& comm, bool overlap, dou
                   TrainerOptions().device(device.str()).run_dir("").log_every_n_steps(1000000).max_steps(steps),
                   DataLoaderOptions().batch_size(64).shuffle(false));
   if (comm) {
-    trainer.add_policy(std::make_shared<DataParallelPolicy>(comm, DataParallelOptions().bucket_cap_mb(bucket_mb).overlap(overlap)));
+    add_data_parallel(trainer, std::make_shared<DataParallelPolicy>(comm, DataParallelOptions().bucket_cap_mb(bucket_mb).overlap(overlap)));
   }
   synchronize(device);
   const auto start = Clock::now();

@@ -207,7 +207,7 @@ int sharded(const std::string& results, const Shape& s, int64_t steps) {
         std::make_shared<frugal::bench::RandomTokens>(s.config().vocab_size, s.seq, std::vector<int64_t>(64, s.seq)),
         frugal::TrainerOptions().device("cpu").max_steps(steps).max_epochs(steps).run_dir("").log_every_n_steps(1),
         frugal::DataLoaderOptions().batch_size(s.batch).shuffle(false));
-    trainer.add_policy(std::make_shared<frugal::DataParallelPolicy>(comm, frugal::DataParallelOptions().shard(mode)));
+    frugal::add_data_parallel(trainer, std::make_shared<frugal::DataParallelPolicy>(comm, frugal::DataParallelOptions().shard(mode)));
     auto memory = std::make_shared<frugal::MemoryReportPolicy>();
     auto clock = std::make_shared<StepClock>();
     trainer.add_policy(memory);

@@ -38,7 +38,7 @@ struct StepTimer : frugal::Policy {
       start = Clock::now();
     }
   }
-  void on_fit_end(const frugal::Trainer&) override {
+  void on_fit_end(const frugal::TrainingRun&) override {
     torch::cuda::synchronize();
     seconds_per_step = std::chrono::duration<double>(Clock::now() - start).count() / kTimed;
   }

@@ -59,10 +59,10 @@ CheckpointPolicy::~CheckpointPolicy() {
 namespace {
 // The largest of each value across ranks: one collective, on the training device (NCCL reduces
 // only CUDA tensors).
-std::vector<int64_t> max_across_ranks(const Trainer& trainer, const std::vector<int64_t>& values) {
-  if (trainer.world_size() == 1) return values;
-  std::vector<torch::Tensor> t{torch::tensor(values, torch::kLong).to(trainer.device())};
-  trainer.communicator().all_reduce(t, ReduceOp::max);
+std::vector<int64_t> max_across_ranks(const TrainingRun& run, const std::vector<int64_t>& values) {
+  if (run.world_size() == 1) return values;
+  std::vector<torch::Tensor> t{torch::tensor(values, torch::kLong).to(run.device())};
+  run.communicator().all_reduce(t, ReduceOp::max);
   const torch::Tensor host = t[0].cpu();
   return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
 }
@@ -71,33 +71,33 @@ std::vector<int64_t> max_across_ranks(const Trainer& trainer, const std::vector<
 // one the common files and the shards whose ranges overlap this rank's (all of them when this run
 // is not sharded).
 std::function<bool(const std::string&)> files_read_by(const CheckpointStore& store, const CheckpointInfo& info,
-                                                      const Trainer& trainer) {
+                                                      const TrainingRun& run) {
   const auto theirs = store.sharding_of(info);
   if (!theirs) return nullptr;
-  const auto& shards = trainer.optimizer_shards();
+  const auto& shards = run.optimizer_shards();
   std::set<std::string> needed;
-  for (const int64_t q : overlapping_shards(*theirs, shards ? &shards->info()->pieces.at(static_cast<size_t>(trainer.rank())) : nullptr)) {
+  for (const int64_t q : overlapping_shards(*theirs, shards ? &shards->info()->pieces.at(static_cast<size_t>(run.rank())) : nullptr)) {
     for (const char* kind : {"weights", "optimizer"}) needed.insert(CheckpointStore::shard_file(q, theirs->world_size, kind));
   }
   return [needed](const std::string& name) { return name.rfind("shard-", 0) != 0 || needed.count(name) > 0; };
 }
 
-fs::path checkpoint_dir(const CheckpointOptions& options, const Trainer& trainer) {
+fs::path checkpoint_dir(const CheckpointOptions& options, const TrainingRun& run) {
   if (!options.dir().empty()) return options.dir();
-  if (trainer.options().run_dir().empty()) {
+  if (run.options().run_dir().empty()) {
     throw OptionError("dir", "checkpoint.dir is empty and trainer.run_dir is empty: nowhere to write checkpoints");
   }
-  return fs::path(trainer.options().run_dir()) / "checkpoints";
+  return fs::path(run.options().run_dir()) / "checkpoints";
 }
 }  // namespace
 
-std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trainer& trainer) {
+std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const TrainingRun& run) {
   if (!resume_) {  // the first call: the candidates, newest first
-    store_ = CheckpointStore(checkpoint_dir(options_, trainer));
+    store_ = CheckpointStore(checkpoint_dir(options_, run));
     resume_.emplace();
     if (!options_.resume()) return nullptr;
     // Every rank resumes from the same checkpoint (a shared file system); only the writer tidies.
-    if (trainer.rank() == 0) store_.remove_unfinished();
+    if (run.rank() == 0) store_.remove_unfinished();
     const auto all = store_.list();
     resume_->candidates.assign(all.rbegin(), all.rend());
     if (const auto pointer = store_.latest_name(); pointer && !store_.latest()) {
@@ -113,15 +113,15 @@ std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trai
     std::string reason;
     std::shared_ptr<TrainingSnapshot> snapshot;
     try {
-      reason = store_.verify(candidate.dir, files_read_by(store_, candidate, trainer));
+      reason = store_.verify(candidate.dir, files_read_by(store_, candidate, run));
       if (reason.empty()) snapshot = std::make_shared<TrainingSnapshot>(store_.read(candidate));
     } catch (const std::exception& e) {
       reason = message_of(e);  // a file that verifies but does not load is as damaged
     }
-    const bool failed_somewhere = trainer.world_size() > 1 ? trainer.communicator().any(!reason.empty()) : !reason.empty();
+    const bool failed_somewhere = run.world_size() > 1 ? run.communicator().any(!reason.empty()) : !reason.empty();
     if (failed_somewhere) {
       skipped(candidate, reason.empty() ? std::string("a file another rank reads failed its check (see that rank's log)") : reason,
-              /*damaged=*/!reason.empty() && trainer.rank() == 0);
+              /*damaged=*/!reason.empty() && run.rank() == 0);
       continue;
     }
     log::info(c10::str("resuming from ", candidate.dir.string()));
@@ -160,18 +160,18 @@ void CheckpointPolicy::skipped(const CheckpointInfo& candidate, const std::strin
   resume_->failures.push_back(where + ": " + reason);
 }
 
-void CheckpointPolicy::on_fit_begin(const Trainer& trainer) {
-  trainer_ = &trainer;
+void CheckpointPolicy::on_fit_begin(const TrainingRun& run) {
+  run_ = &run;
   resume_.reset();  // a later fit searches afresh
-  store_ = CheckpointStore(checkpoint_dir(options_, trainer));
+  store_ = CheckpointStore(checkpoint_dir(options_, run));
   if (options_.on_signal()) preemption::install();
   // One process: a signal from before the fit ends it here. Ranks stop together at the first
   // step's collective check instead (one rank alone leaving would strand the others).
-  if (options_.on_signal() && trainer.world_size() == 1) preemption::stop_if_requested("starting the fit");
+  if (options_.on_signal() && run.world_size() == 1) preemption::stop_if_requested("starting the fit");
   // A marker from an earlier pre-emption has done its job once this run starts.
-  if (trainer.rank() == 0 && !trainer.options().run_dir().empty()) {
+  if (run.rank() == 0 && !run.options().run_dir().empty()) {
     std::error_code ignored;
-    fs::remove(fs::path(trainer.options().run_dir()) / kPreemptedMarker, ignored);
+    fs::remove(fs::path(run.options().run_dir()) / kPreemptedMarker, ignored);
   }
   last_save_time_ = std::chrono::steady_clock::now();
 }
@@ -196,17 +196,17 @@ CheckpointWriteOptions CheckpointPolicy::write_options(int64_t step) const {
 }
 
 void CheckpointPolicy::save(const TrainerState& state) {
-  if (trainer_ == nullptr) throw TrainingError("CheckpointPolicy::save before the fit began");
+  if (run_ == nullptr) throw TrainingError("CheckpointPolicy::save before the fit began");
   if (state.step == last_saved_step_) return;
-  trainer_->check_finite(c10::str("the checkpoint of step ", state.step, ", not written"), /*weights=*/true);
+  run_->check_finite(c10::str("the checkpoint of step ", state.step, ", not written"), /*weights=*/true);
   last_saved_step_ = state.step;
-  if (trainer_->optimizer_shards()) {  // every rank holds a part: every rank writes it
+  if (run_->optimizer_shards()) {  // every rank holds a part: every rank writes it
     save_sharded(state);
     return;
   }
-  if (trainer_->rank() != 0) return;  // replicas hold the same state: rank 0 writes it
+  if (run_->rank() != 0) return;  // replicas hold the same state: rank 0 writes it
   wait();  // one write at a time; its error, if any, surfaces here
-  auto snapshot = std::make_shared<TrainingSnapshot>(trainer_->snapshot());
+  auto snapshot = std::make_shared<TrainingSnapshot>(run_->snapshot());
   const CheckpointWriteOptions write_options = this->write_options(state.step);
   last_save_time_ = std::chrono::steady_clock::now();
   auto job = [this, snapshot, write_options] {
@@ -228,7 +228,7 @@ void CheckpointPolicy::save_sharded(const TrainerState& state) {
   // step is saved already) before anyone writes.
   int64_t begun = 1, failed = 0;
   std::string why;
-  if (trainer_->rank() == 0) {
+  if (run_->rank() == 0) {
     try {
       begun = store_.begin_sharded(state.step) ? 1 : 0;
     } catch (const std::exception& e) {
@@ -236,7 +236,7 @@ void CheckpointPolicy::save_sharded(const TrainerState& state) {
       why = e.what();
     }
   }
-  const std::vector<int64_t> agreed = max_across_ranks(*trainer_, {1 - begun, failed});
+  const std::vector<int64_t> agreed = max_across_ranks(*run_, {1 - begun, failed});
   if (agreed[1] != 0) {
     throw CheckpointError(why.empty() ? c10::str("rank 0 could not begin the checkpoint of step ", state.step, " (see its log)") : why);
   }
@@ -244,7 +244,7 @@ void CheckpointPolicy::save_sharded(const TrainerState& state) {
   last_save_time_ = std::chrono::steady_clock::now();
   ShardWrite write;
   write.step = state.step;
-  write.snapshot = std::make_shared<TrainingSnapshot>(trainer_->snapshot());
+  write.snapshot = std::make_shared<TrainingSnapshot>(run_->snapshot());
   auto job = [store = store_, snapshot = write.snapshot, options = write_options(state.step)] { return store.write_shard(*snapshot, options); };
   write.files = std::async(options_.async() ? std::launch::async : std::launch::deferred, job);
   shard_write_ = std::move(write);
@@ -256,7 +256,7 @@ void CheckpointPolicy::finish_sharded(bool block) {
   ShardWrite& write = *shard_write_;
   if (!block) {
     const bool mine = write.files.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-    if (trainer_->world_size() > 1 ? trainer_->communicator().any(!mine) : !mine) return;  // some rank is still writing
+    if (run_->world_size() > 1 ? run_->communicator().any(!mine) : !mine) return;  // some rank is still writing
   }
   std::vector<FileRecord> files;
   std::string error;
@@ -267,7 +267,7 @@ void CheckpointPolicy::finish_sharded(bool block) {
     log::error(error);
   }
   // Every rank's two shard files (size, CRC-32) and whether it failed, in one collective.
-  const int64_t world = trainer_->world_size(), rank = trainer_->rank();
+  const int64_t world = run_->world_size(), rank = run_->rank();
   std::vector<int64_t> table(static_cast<size_t>(1 + 4 * world), 0);
   table[0] = error.empty() ? 0 : 1;
   for (const auto& f : files) {
@@ -278,7 +278,7 @@ void CheckpointPolicy::finish_sharded(bool block) {
       }
     }
   }
-  table = max_across_ranks(*trainer_, table);
+  table = max_across_ranks(*run_, table);
   const std::shared_ptr<TrainingSnapshot> snapshot = write.snapshot;
   shard_write_.reset();
   if (table[0] != 0) {
@@ -312,7 +312,7 @@ void CheckpointPolicy::on_step_end(StepContext& ctx) {
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time_).count() / 60.0;
   bool by_time = options_.every_n_minutes() > 0 && minutes >= options_.every_n_minutes();
   // Clocks differ between ranks: rank 0's decides, so that every rank keeps the same cadence.
-  if (options_.every_n_minutes() > 0 && trainer_->world_size() > 1) by_time = trainer_->communicator().any(by_time && trainer_->rank() == 0);
+  if (options_.every_n_minutes() > 0 && run_->world_size() > 1) by_time = run_->communicator().any(by_time && run_->rank() == 0);
   if (by_steps || by_time) save(s);
 }
 
@@ -321,7 +321,7 @@ void CheckpointPolicy::on_rolled_back(const TrainerState& state) {
   // rolled-back state (with the recovery ladder's decisions and the data it skips) is saved now.
   wait();
   finish_sharded(/*block=*/true);
-  if (trainer_->rank() == 0) {
+  if (run_->rank() == 0) {
     for (const auto& info : store_.list()) {
       if (info.step >= state.step) store_.remove(info.dir);
     }
@@ -336,10 +336,10 @@ void CheckpointPolicy::on_epoch_end(const TrainerState& state) {
 }
 
 std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& state) {
-  if (!options_.on_signal() || trainer_ == nullptr) return std::nullopt;
+  if (!options_.on_signal() || run_ == nullptr) return std::nullopt;
   const int signal = preemption::requested();
   // A signal may reach the ranks at different steps: when any rank has one, all save and stop.
-  const bool any_signal = trainer_->world_size() > 1 ? trainer_->communicator().any(signal != 0) : signal != 0;
+  const bool any_signal = run_->world_size() > 1 ? run_->communicator().any(signal != 0) : signal != 0;
   if (!any_signal) return std::nullopt;
   save(state);
   wait();  // the process may be killed soon after: the checkpoint must be on disk first
@@ -351,8 +351,8 @@ std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& sta
 }
 
 void CheckpointPolicy::write_preempted_marker(int64_t step, const char* by) const {
-  if (trainer_->rank() != 0 || trainer_->options().run_dir().empty()) return;
-  const fs::path marker = fs::path(trainer_->options().run_dir()) / kPreemptedMarker;
+  if (run_->rank() != 0 || run_->options().run_dir().empty()) return;
+  const fs::path marker = fs::path(run_->options().run_dir()) / kPreemptedMarker;
   const auto latest = store_.latest();
   const nlohmann::json j{{"preempted", true}, {"step", step}, {"by", by}, {"checkpoint", latest ? latest->string() : ""},
                          {"resume", "start the same command again: it resumes from the checkpoint"}};
@@ -365,13 +365,13 @@ void CheckpointPolicy::write_preempted_marker(int64_t step, const char* by) cons
 }
 
 std::optional<std::string> CheckpointPolicy::last_checkpoint() const {
-  if (trainer_ == nullptr) return std::nullopt;
+  if (run_ == nullptr) return std::nullopt;
   const auto latest = store_.latest();
   return latest ? std::optional<std::string>(latest->string()) : std::nullopt;
 }
 
-void CheckpointPolicy::on_fit_end(const Trainer& trainer) {
-  if (options_.at_end()) save(trainer.state());
+void CheckpointPolicy::on_fit_end(const TrainingRun& run) {
+  if (options_.at_end()) save(run.state());
   wait();
 }
 
@@ -427,6 +427,12 @@ void CheckpointPolicy::apply_retention() const {
       log::debug("checkpoint removed: " + c.dir.string());
     }
   }
+}
+
+void add_checkpointing(Trainer& trainer, std::shared_ptr<CheckpointPolicy> checkpointing) {
+  if (!checkpointing) throw OptionError("checkpoint", "add_checkpointing: the policy is null");
+  trainer.add_policy(checkpointing);
+  trainer.set_resume_source(std::move(checkpointing));
 }
 
 }  // namespace frugal

@@ -31,7 +31,7 @@ void bind(Config& config, StandardOptions& o) {
               "Keep freed CPU tensor blocks for reuse during fit (no page faults for each step's tensors)");
   config.bind("trainer.stop_on_nonfinite_loss", t.stop_on_nonfinite_loss(),
               "Stop with an error on a NaN/inf training loss; never checkpoint non-finite weights");
-  config.bind("trainer.halve_batch_on_oom", t.halve_batch_on_oom(),
+  config.bind("trainer.halve_batch_on_oom", o.accumulation.halve_batch_on_oom(),  // the accumulation policy's switch
               "Out of memory in a step: halve the micro-batch, double accumulation, go on");
   config.bind("trainer.cpu_threads", t.cpu_threads(),
               "Intra-op threads of the training thread during the fit; 0 = automatic (on CUDA: the cores the loader workers leave)");
@@ -286,13 +286,13 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
       lock_run_directory(run_dir);
       if (!resolved_config.empty()) write_text_file_atomically(run_dir / "config.toml", resolved_config);
     }
-    trainer.add_policy(std::make_shared<DataParallelPolicy>(communicator, options.data_parallel));
+    add_data_parallel(trainer, std::make_shared<DataParallelPolicy>(communicator, options.data_parallel));
   } else if (options.data_parallel.shard() != ShardMode::off) {
     log::info("distributed.shard=" + to_string(options.data_parallel.shard()) + " applies to several processes; this one runs alone");
   }
   if (options.auto_batch_enabled) apply_auto_batch_size(trainer, options, probe);
   if (options.accumulation.steps() > 1 || options.accumulation.effective_batch_size() > 0 ||
-      options.trainer.halve_batch_on_oom()) {  // the safety net doubles the steps when it halves the batch
+      options.accumulation.halve_batch_on_oom()) {  // the safety net doubles the steps when it halves the batch
     trainer.add_policy(std::make_shared<GradientAccumulationPolicy>(options.accumulation));
   }
   if (options.precision.mode() != Precision::fp32) {
@@ -312,13 +312,13 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   if (options.progress_enabled) trainer.add_policy(std::make_shared<ProgressPolicy>(options.progress));
   if (options.early_stopping_enabled) trainer.add_policy(std::make_shared<EarlyStoppingPolicy>(options.early_stopping));
   if (options.checkpoint_enabled) {
-    trainer.add_policy(std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
+    add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
   } else if (options.cost.hard_budget() > 0) {
     // A budget stop must be resumable: only the final checkpoint, in the default place.
     log::info("cost.hard_budget is set: a checkpoint is written when the run stops (checkpoint.enabled is off)");
     CheckpointOptions at_stop = options.checkpoint;
     at_stop.every_n_steps(0).every_n_minutes(0).every_epoch(false).at_end(true);
-    trainer.add_policy(std::make_shared<CheckpointPolicy>(at_stop, resolved_config));
+    add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(at_stop, resolved_config));
   }
   if (options.recovery_enabled) trainer.add_policy(std::make_shared<RecoveryPolicy>(options.recovery));
 }

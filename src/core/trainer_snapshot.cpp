@@ -78,6 +78,9 @@ TrainingSnapshot Trainer::snapshot() const {
     std::lock_guard<std::mutex> lock(gen.mutex());
     s.tensors[name] = gen.get_state();
   }
+  // The policies' standing decisions, only when taken (a checkpoint without them has none).
+  if (standing_.lr_factor != 1.0) s.tensors["trainer/lr_factor"] = torch::tensor(standing_.lr_factor, torch::kDouble);
+  if (standing_.precision) s.tensors["trainer/precision"] = torch::tensor(static_cast<int64_t>(*standing_.precision));
   // A deep copy of the optimizer's state (memcpy speed) when its type is known, serialized later
   // by the writer; otherwise serialized now. Either way safe from the next in-place update.
   s.optimizer_copy = detail::host_copy_of_optimizer(*optimizer_);
@@ -155,6 +158,16 @@ void Trainer::restore(const TrainingSnapshot& s) {
     gen.set_state(it->second);
   }
 
+  standing_ = {};
+  if (auto it = s.tensors.find("trainer/lr_factor"); it != s.tensors.end()) standing_.lr_factor = it->second.item<double>();
+  if (auto it = s.tensors.find("trainer/precision"); it != s.tensors.end()) {
+    const int64_t precision = it->second.item<int64_t>();
+    if (precision < 0 || precision >= static_cast<int64_t>(names_of(Precision{}).size())) {
+      throw CheckpointError(c10::str("trainer/precision is ", precision, ", which names no precision"));
+    }
+    standing_.precision = static_cast<Precision>(precision);
+    standing_.precision_reason = "asked for before the checkpoint was written";
+  }
   state_ = s.state;
   state_.stop_reason.reset();  // a run stopped by preemption goes on
   // A snapshot from the end of an epoch continues with the next one.

@@ -5,7 +5,7 @@
 
 #include <unordered_set>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -21,10 +21,10 @@ int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
   return bytes;
 }
 
-void MemoryReportPolicy::on_fit_begin(const Trainer& trainer) { trainer_ = &trainer; }
+void MemoryReportPolicy::on_fit_begin(const TrainingRun& run) { run_ = &run; }
 
 bool MemoryReportPolicy::due(const TrainerState& state) const {
-  return trainer_ != nullptr && (state.step == 1 || state.step % trainer_->options().log_every_n_steps() == 0);
+  return run_ != nullptr && (state.step == 1 || state.step % run_->options().log_every_n_steps() == 0);
 }
 
 void MemoryReportPolicy::before_optimizer_step(StepContext& ctx) {
@@ -36,9 +36,7 @@ void MemoryReportPolicy::before_optimizer_step(StepContext& ctx) {
     grads.push_back(p.grad());
   }
   for (const auto& p : ctx.parameters()) grads.push_back(p.grad());  // a sharded optimizer's pieces
-  for (const auto& policy : trainer_->policies()) {
-    for (auto& held : policy->held_gradients()) grads.push_back(std::move(held));
-  }
+  for (auto& held : run_->held_gradients()) grads.push_back(std::move(held));  // data-parallel buckets
   footprint_.parameter_bytes = storage_bytes(params);
   footprint_.gradient_bytes = storage_bytes(grads);
 }

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 
@@ -22,18 +22,18 @@ int64_t CpuThreadsPolicy::automatic(bool on_cuda, const DataLoaderOptions& data,
   return std::max<int64_t>(1, cores - busy);
 }
 
-void CpuThreadsPolicy::on_fit_begin(const Trainer& trainer) {
+void CpuThreadsPolicy::on_fit_begin(const TrainingRun& run) {
   before_ = at::get_num_threads();
-  in_fit_ = threads_ > 0 ? threads_ : automatic(trainer.device().is_cuda(), trainer.data_options(), before_);
+  in_fit_ = threads_ > 0 ? threads_ : automatic(run.device().is_cuda(), run.data_options(), before_);
   if (in_fit_ == before_) return;
   at::set_num_threads(static_cast<int>(in_fit_));
   log::info(c10::str("training thread: ", in_fit_, " intra-op threads of ", before_,
                      threads_ > 0 ? " (trainer.cpu_threads)"
-                                  : c10::str(" (the rest leaves ", trainer.data_options().num_workers(),
+                                  : c10::str(" (the rest leaves ", run.data_options().num_workers(),
                                              " loader workers their cores; trainer.cpu_threads sets it)")));
 }
 
-void CpuThreadsPolicy::on_fit_end(const Trainer& /*trainer*/) {
+void CpuThreadsPolicy::on_fit_end(const TrainingRun& /*run*/) {
   if (before_ > 0 && in_fit_ != before_) at::set_num_threads(static_cast<int>(before_));
 }
 

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "distributed/gradient_buckets.hpp"
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -24,18 +24,26 @@ DataParallelPolicy::DataParallelPolicy(std::shared_ptr<Communicator> communicato
 
 int64_t DataParallelPolicy::cap_bytes() const { return static_cast<int64_t>(options_.bucket_cap_mb() * 1024.0 * 1024.0); }
 
-std::vector<torch::Tensor> DataParallelPolicy::held_gradients() const { return buckets_ ? buckets_->held() : std::vector<torch::Tensor>{}; }
+Replication DataParallelPolicy::replication() const {
+  return {communicator_, shards_, [this] { return buckets_ ? buckets_->held() : std::vector<torch::Tensor>{}; }};
+}
+
+void add_data_parallel(Trainer& trainer, std::shared_ptr<DataParallelPolicy> data_parallel) {
+  if (!data_parallel) throw OptionError("data_parallel", "add_data_parallel: the policy is null");
+  trainer.replicate(data_parallel->replication());
+  trainer.add_policy(std::move(data_parallel));
+}
 
 DataParallelPolicy::~DataParallelPolicy() = default;
 
 int64_t DataParallelPolicy::bucket_count() const { return buckets_ ? buckets_->size() : 0; }
 
-void DataParallelPolicy::on_fit_begin(const Trainer& trainer) {
+void DataParallelPolicy::on_fit_begin(const TrainingRun& run) {
   if (communicator_->rank() != 0 && !options_.log_all_ranks() && log::level() < log::Level::warn) {
     log::set_level(log::Level::warn);
   }
-  check_replicas_agree(trainer);
-  torch::nn::Module& module = trainer.model().module();
+  check_replicas_agree(run);
+  torch::nn::Module& module = run.model().module();
   {
     // Every rank starts from rank 0's weights and buffers (a resumed run: all read one checkpoint).
     torch::NoGradGuard no_grad;
@@ -63,23 +71,23 @@ void DataParallelPolicy::on_fit_begin(const Trainer& trainer) {
                              : ""));
 }
 
-void DataParallelPolicy::check_replicas_agree(const Trainer& trainer) const {
+void DataParallelPolicy::check_replicas_agree(const TrainingRun& run) const {
   // Ranks that differ here would deadlock or silently diverge later: fail now, saying which.
-  const torch::nn::Module& module = trainer.model().module();
+  const torch::nn::Module& module = run.model().module();
   int64_t numel = 0;
   for (const auto& p : module.parameters()) numel += p.numel();
-  const TrainerState& s = trainer.state();
+  const TrainerState& s = run.state();
   const std::vector<std::pair<std::string, int64_t>> facts{
       {"parameter tensors", static_cast<int64_t>(module.parameters().size())},
       {"parameter elements", numel},
       {"buffers", static_cast<int64_t>(module.buffers().size())},
       {"resumed step (do all ranks see the same checkpoint directory?)", s.step},
       {"resumed micro-step", s.micro_step},
-      {"batches per epoch", trainer.batches_per_epoch()}};
+      {"batches per epoch", run.batches_per_epoch()}};
   std::vector<int64_t> values;
   for (const auto& [name, value] : facts) values.push_back(value);
   for (const auto& [name, value] : facts) values.push_back(-value);
-  std::vector<torch::Tensor> extremes{torch::tensor(values, torch::kLong).to(trainer.device())};
+  std::vector<torch::Tensor> extremes{torch::tensor(values, torch::kLong).to(run.device())};
   communicator_->all_reduce(extremes, ReduceOp::max);
   const torch::Tensor host = extremes[0].cpu();
   const auto n = static_cast<int64_t>(facts.size());
@@ -92,7 +100,7 @@ void DataParallelPolicy::check_replicas_agree(const Trainer& trainer) const {
   }
 }
 
-void DataParallelPolicy::on_fit_end(const Trainer&) { buckets_.reset(); }
+void DataParallelPolicy::on_fit_end(const TrainingRun&) { buckets_.reset(); }
 
 torch::Tensor DataParallelPolicy::transform_loss(StepContext& ctx, torch::Tensor loss) {
   // Boundaries are settled by now (on_step_begin ran for every policy): only their backward

@@ -3,7 +3,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -31,21 +31,21 @@ GradientAccumulationPolicy::GradientAccumulationPolicy(GradientAccumulationOptio
   options_.validate();
 }
 
-void GradientAccumulationPolicy::on_fit_begin(const Trainer& trainer) {
+void GradientAccumulationPolicy::on_fit_begin(const TrainingRun& run) {
+  const auto& data = run.data_options();
+  replicas_ = data.num_replicas();
   if (options_.effective_batch_size() > 0) {
-    const auto& data = trainer.data_options();
     steps_ = accumulation_steps_for(options_.effective_batch_size(), data.batch_size(), data.num_replicas());
   }
   if (steps_ > 1) {
-    log::info(c10::str("gradient accumulation: ", steps_, " micro-batches of ", trainer.data_options().batch_size(),
-                       " per optimizer step"));
+    log::info(c10::str("gradient accumulation: ", steps_, " micro-batches of ", data.batch_size(), " per optimizer step"));
   }
 }
 
-void GradientAccumulationPolicy::on_micro_batch_changed(const Trainer& trainer, int64_t old_size, int64_t new_size) {
+void GradientAccumulationPolicy::keep_effective_batch(int64_t old_size, int64_t new_size) {
   const int64_t before = steps_;
   if (options_.effective_batch_size() > 0) {
-    steps_ = accumulation_steps_for(options_.effective_batch_size(), new_size, trainer.data_options().num_replicas());
+    steps_ = accumulation_steps_for(options_.effective_batch_size(), new_size, replicas_);
   } else if ((steps_ * old_size) % new_size == 0) {
     steps_ = steps_ * old_size / new_size;
   } else {
@@ -57,12 +57,11 @@ void GradientAccumulationPolicy::on_micro_batch_changed(const Trainer& trainer, 
                      " of ", old_size, ")"));
 }
 
-void GradientAccumulationPolicy::on_epoch_begin(const TrainerState&) {
-  // Windows never span epochs (checkpoints are taken at boundaries, where the window is empty).
-  in_window_ = 0;
-}
-
 void GradientAccumulationPolicy::on_step_begin(StepContext& ctx) {
+  if (const auto& change = ctx.micro_batch_change()) keep_effective_batch(change->from, change->to);
+  // Windows never span epochs (checkpoints are taken at boundaries, where the window is empty).
+  if (ctx.first_in_epoch()) in_window_ = 0;
+  if (options_.halve_batch_on_oom()) ctx.retry_window_on_out_of_memory();
   ++in_window_;
   const bool boundary = in_window_ == steps_ || ctx.last_in_epoch();
   ctx.set_boundary(boundary);

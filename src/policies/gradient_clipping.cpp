@@ -56,6 +56,7 @@ void GradientClippingPolicy::clip_gradients(StepContext& ctx) {
   std::vector<torch::Tensor> params = ctx.parameters();
   if (options_.mode() == ClipMode::norm) {
     last_total_norm_ = clip_grad_norm(params, options_.max_norm(), options_.norm_type(), &ctx);
+    ctx.set_gradient_norm(last_total_norm_);  // for others to judge (the recovery ladder), at no cost
   } else {
     for (auto& p : params) {
       if (p.grad().defined()) p.grad().clamp_(-options_.max_value(), options_.max_value());

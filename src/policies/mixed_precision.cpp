@@ -3,7 +3,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 #include "frugal/precision/autocast_guard.hpp"
 #include "precision/bf16_support.hpp"
@@ -24,17 +24,23 @@ MixedPrecisionPolicy::MixedPrecisionPolicy(MixedPrecisionOptions options)
   options_.validate();
 }
 
-void MixedPrecisionPolicy::on_fit_begin(const Trainer& trainer) {
-  device_type_ = trainer.device().type();
-  bf16_supported_ = detail::bf16_supported(trainer.device());
+void MixedPrecisionPolicy::on_fit_begin(const TrainingRun& run) {
+  device_type_ = run.device().type();
+  bf16_supported_ = detail::bf16_supported(run.device());
   if (precision_ == Precision::bf16 && !bf16_supported_) {
-    throw OptionError("mode", c10::str("precision bf16 is not supported on ", trainer.device(),
+    throw OptionError("mode", c10::str("precision bf16 is not supported on ", run.device(),
                                        " (needs compute capability 8.0+); use fp16 or fp32"));
   }
   if (precision_ != Precision::fp32) {
     log::info(c10::str("mixed precision: ", to_string(precision_), options_.autocast() ? " autocast" : " (no autocast)",
                        precision_ == Precision::fp16 ? c10::str(", loss scale from ", scaler_.scale_value()) : ""));
   }
+}
+
+void MixedPrecisionPolicy::on_step_begin(StepContext& ctx) {
+  // A standing request holds also after a rollback restored this policy's older state.
+  if (const auto& asked = ctx.standing().precision; asked && *asked != precision_) switch_to(*asked, ctx.standing().precision_reason);
+  ctx.set_precision(precision_);
 }
 
 std::unique_ptr<ForwardGuard> MixedPrecisionPolicy::forward_guard(const TrainerState&, Phase) {
@@ -78,15 +84,6 @@ void MixedPrecisionPolicy::fall_back(double scale) {
   precision_ = bf16_supported_ ? Precision::bf16 : Precision::fp32;
   log::warn(c10::str("fp16 loss scale fell to ", scale, " (below precision.min_scale=", options_.min_scale(),
                      "): falling back to ", to_string(precision_), " for the rest of the run"));
-}
-
-std::optional<Precision> MixedPrecisionPolicy::safer_precision() const {
-  switch (precision_) {
-    case Precision::fp16: return bf16_supported_ ? Precision::bf16 : Precision::fp32;
-    case Precision::bf16: return Precision::fp32;
-    case Precision::fp32: return std::nullopt;
-  }
-  return std::nullopt;
 }
 
 void MixedPrecisionPolicy::switch_to(Precision precision, const std::string& reason) {

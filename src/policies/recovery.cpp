@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "frugal/core/trainer.hpp"
 #include "frugal/base/communicator.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
-#include "frugal/policies/gradient_clipping.hpp"
-#include "frugal/policies/mixed_precision.hpp"
+#include "precision/bf16_support.hpp"
 
 namespace frugal {
 
@@ -57,38 +56,33 @@ RecoveryPolicy::RecoveryPolicy(RecoveryOptions options)
 
 RecoveryPolicy::~RecoveryPolicy() = default;
 
-void RecoveryPolicy::on_fit_begin(const Trainer& trainer) {
-  trainer_ = &trainer;
-  precision_policy_ = nullptr;
-  clipping_policy_ = nullptr;
-  for (const auto& p : trainer.policies()) {
-    if (auto* mp = dynamic_cast<MixedPrecisionPolicy*>(p.get())) precision_policy_ = mp;
-    if (auto* clip = dynamic_cast<GradientClippingPolicy*>(p.get())) clipping_policy_ = clip;
-  }
+void RecoveryPolicy::on_fit_begin(const TrainingRun& run) {
+  run_ = &run;
+  bf16_supported_ = detail::bf16_supported(run.device());
   // The state the fit starts from (a fresh model or a checkpoint) is the first good one.
   snapshots_->kept.clear();
-  auto first = std::make_shared<const TrainingSnapshot>(trainer.snapshot());
+  auto first = std::make_shared<const TrainingSnapshot>(run.snapshot());
   snapshots_->kept.push_back({first, history_, first->data});
   log::info(c10::str("recovery: on (spike > ", options_.spike_factor(), " x median of ", options_.window(),
                      " steps, snapshot every ", options_.snapshot_every_n_steps(), " steps, ", options_.max_rollbacks() - rollbacks_,
                      " rollbacks left)"));
 }
 
-void RecoveryPolicy::on_fit_end(const Trainer& trainer) {
+void RecoveryPolicy::on_fit_end(const TrainingRun& run) {
   if (!gave_up_) return;
   std::string report;
   for (const auto& d : decisions_) report += "\n  " + d;
   // Added after the checkpoint policy (add_policies): its final checkpoint, of the rolled-back
   // good weights, is on disk by now.
-  throw TrainingError(c10::str("recovery: gave up at step ", trainer.state().step, " after ", anomalies_, " anomalies and ",
-                               rollbacks_, " rollbacks; ", trainer.last_checkpoint_text(), ". Decisions:", report));
+  throw TrainingError(c10::str("recovery: gave up at step ", run.state().step, " after ", anomalies_, " anomalies and ",
+                               rollbacks_, " rollbacks; ", run.last_checkpoint_text(), ". Decisions:", report));
 }
 
-void RecoveryPolicy::on_step_begin(StepContext&) {
-  // A rollback restores the precision policy's state from before a switch: switch again.
-  if (precision_override_ >= 0 && precision_policy_ &&
-      precision_policy_->precision() != static_cast<Precision>(precision_override_)) {
-    precision_policy_->switch_to(static_cast<Precision>(precision_override_), "recovery: kept after a rollback");
+void RecoveryPolicy::on_step_begin(StepContext& ctx) {
+  // The Trainer keeps the ladder's precision request (also across rollbacks and in checkpoints);
+  // a checkpoint of the ladder written before it did so asks again here.
+  if (precision_override_ >= 0 && !ctx.standing().precision) {
+    ctx.request_precision(static_cast<Precision>(precision_override_), "recovery: resumed after a switch");
   }
 }
 
@@ -114,8 +108,7 @@ void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
   ++seen_steps_;
   // The gradient norm: free when clipping by norm computed it; one pass over the gradients when
   // check_gradients or max_grad_norm asks for it.
-  torch::Tensor norm;
-  if (clipping_policy_ && clipping_policy_->last_total_norm().defined()) norm = clipping_policy_->last_total_norm();
+  torch::Tensor norm = ctx.gradient_norm();
   if (!norm.defined() && (options_.check_gradients() || options_.max_grad_norm() > 0)) {
     {
       std::vector<torch::Tensor> grads;
@@ -131,7 +124,7 @@ void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
   // The figures every rank judges alike: the loss averaged over the ranks, read once (the one
   // wait of the step); alone and without a norm, the loss sum itself.
   double loss = 0.0, grad_norm = 0.0;
-  Communicator& ranks = trainer_->communicator();
+  Communicator& ranks = run_->communicator();
   if (ranks.world_size() == 1 && !norm.defined()) {
     loss = step_loss.item<double>() / micro_steps;  // the one wait of the step
   } else {
@@ -152,12 +145,14 @@ void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
   if (why.empty()) {
     history_.push_back(loss);
     while (static_cast<int64_t>(history_.size()) > options_.window()) history_.pop_front();
+    ctx.set_lr_factor(lr_factor());
     return;
   }
   ++anomalies_;
   ctx.cancel_step("recovery: " + why);
   if (!std::isfinite(loss)) ctx.discard_loss();
   const std::string did = climb(ctx, why);
+  ctx.set_lr_factor(lr_factor());
   remember(c10::str("step ", ctx.state().step + 1, ": ", why, ": rung ", rung_, " (", did, ")"), loss, grad_norm);
 }
 
@@ -171,7 +166,7 @@ std::string RecoveryPolicy::climb(StepContext& ctx, const std::string& why) {
     lr_until_ = seen_steps_ + options_.lr_window();
     did += c10::str(", learning rate x ", options_.lr_factor(), " for ", options_.lr_window(), " steps");
   }
-  if (rung_ == 4 && !switch_precision(did)) rung_ = 5;
+  if (rung_ == 4 && !switch_precision(ctx, did)) rung_ = 5;
   if (!roll_back(ctx, did)) rung_ = 5;
   if (rung_ >= 5) {
     gave_up_ = true;
@@ -180,13 +175,17 @@ std::string RecoveryPolicy::climb(StepContext& ctx, const std::string& why) {
   return did;
 }
 
-bool RecoveryPolicy::switch_precision(std::string& did) {
-  if (!options_.switch_precision() || !precision_policy_) return false;
-  const std::optional<Precision> safer = precision_policy_->safer_precision();
-  if (!safer) return false;
-  precision_override_ = static_cast<int64_t>(*safer);
-  did += ", precision " + to_string(precision_policy_->precision()) + " -> " + to_string(*safer);
-  return true;  // applied at the next step's start, after the rollback's restore
+bool RecoveryPolicy::switch_precision(StepContext& ctx, std::string& did) {
+  // Only with a precision policy, which says what it runs in.
+  if (!options_.switch_precision() || !ctx.precision()) return false;
+  const Precision now = *ctx.precision();
+  if (now == Precision::fp32) return false;
+  const Precision safer = now == Precision::fp16 && bf16_supported_ ? Precision::bf16 : Precision::fp32;
+  precision_override_ = static_cast<int64_t>(safer);
+  did += ", precision " + to_string(now) + " -> " + to_string(safer);
+  // Applied by the precision policy at the next step's start, after the rollback's restore.
+  ctx.request_precision(safer, c10::str("recovery: rung 4 at step ", ctx.state().step + 1));
+  return true;
 }
 
 bool RecoveryPolicy::roll_back(StepContext& ctx, std::string& did) {
@@ -197,9 +196,9 @@ bool RecoveryPolicy::roll_back(StepContext& ctx, std::string& did) {
   const auto& to = snapshots_->kept.front().snapshot;
   history_ = snapshots_->kept.front().history;
   // The batches read since the snapshot led here: read on after them (and skip_batches more).
-  DataPosition resume = trainer_->data_position();
+  DataPosition resume = run_->data_position();
   resume.batch_index += options_.skip_batches();
-  if (resume.batch_index >= trainer_->batches_per_epoch()) resume = {resume.epoch + 1, 0, resume.seed, resume.batch_size};
+  if (resume.batch_index >= run_->batches_per_epoch()) resume = {resume.epoch + 1, 0, resume.seed, resume.batch_size};
   // Skipped: what was read on this path since the snapshot (not what an earlier rollback skipped).
   DataPosition& from = snapshots_->kept.front().read_from;
   skipped_.push_back({from.epoch, from.batch_index, resume.epoch, resume.batch_index});
@@ -219,7 +218,7 @@ void RecoveryPolicy::remember(const std::string& decision, double loss, double n
   decisions_.push_back(decision);
   log::warn("recovery: " + decision);
   const SkippedData last = skipped_.empty() ? SkippedData{} : skipped_.back();
-  trainer_->record("recovery", {{"step", static_cast<double>(trainer_->state().step + 1)},
+  run_->record("recovery", {{"step", static_cast<double>(run_->state().step + 1)},
                                 {"rung", static_cast<double>(rung_)},
                                 {"loss", loss},
                                 {"grad_norm", norm},
@@ -228,7 +227,7 @@ void RecoveryPolicy::remember(const std::string& decision, double loss, double n
                                 {"skipped_from_batch", static_cast<double>(last.from_batch)},
                                 {"skipped_to_epoch", static_cast<double>(last.to_epoch)},
                                 {"skipped_to_batch", static_cast<double>(last.to_batch)},
-                                {"lr_factor", lr_factor(trainer_->state())},
+                                {"lr_factor", lr_factor()},
                                 {"gave_up", gave_up_ ? 1.0 : 0.0}});
 }
 
@@ -237,7 +236,7 @@ void RecoveryPolicy::on_step_end(StepContext& ctx) {
   // A snapshot of a good step, away from any anomaly, every snapshot_every_n_steps.
   const bool calm = last_anomaly_ < 0 || seen_steps_ - last_anomaly_ > options_.repeat_window();
   if (!calm || seen_steps_ % options_.snapshot_every_n_steps() != 0) return;
-  auto snapshot = std::make_shared<const TrainingSnapshot>(trainer_->snapshot());
+  auto snapshot = std::make_shared<const TrainingSnapshot>(run_->snapshot());
   snapshots_->kept.push_back({snapshot, history_, snapshot->data});
   while (static_cast<int64_t>(snapshots_->kept.size()) > options_.snapshots()) snapshots_->kept.pop_front();
 }
@@ -247,7 +246,7 @@ std::optional<std::string> RecoveryPolicy::should_stop(const TrainerState&) {
   return c10::str("gave up after ", anomalies_, " anomalies and ", rollbacks_, " rollbacks (", decisions_.back(), ")");
 }
 
-double RecoveryPolicy::lr_factor(const TrainerState&) const {
+double RecoveryPolicy::lr_factor() const {
   return seen_steps_ < lr_until_ ? options_.lr_factor() : 1.0;
 }
 

@@ -10,7 +10,7 @@
 #include "detail/op_trail.hpp"
 #include "base/resident_memory.hpp"
 #include "frugal/core/probe_step.hpp"
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -111,7 +111,7 @@ std::string first_nonfinite_parameter(torch::nn::Module& module, bool grads) {
 
 }  // namespace
 
-SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& options) {
+SmokeTestReport run_smoke_test(const TrainingRun& run, const SmokeTestOptions& options) {
   options.validate();
   SmokeTestReport report;
   CpuRngRestorer rng_restorer;
@@ -121,12 +121,12 @@ SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& o
 
   report.phase = "copy";
   try {
-    Model copy = trainer.model().copy_to(cpu);
+    Model copy = run.model().copy_to(cpu);
     copy.module().train();
-    std::unique_ptr<torch::optim::Optimizer> optimizer = trainer.optimizer_factory()(copy.module());
-    DataLoaderOptions data_options = trainer.data_options();
+    std::unique_ptr<torch::optim::Optimizer> optimizer = run.optimizer_factory()(copy.module());
+    DataLoaderOptions data_options = run.data_options();
     data_options.shuffle(false).num_replicas(1).rank(0);
-    DataLoader loader(std::shared_ptr<const Dataset>(&trainer.train_data(), [](const Dataset*) {}), data_options);
+    DataLoader loader(std::shared_ptr<const Dataset>(&run.train_data(), [](const Dataset*) {}), data_options);
 
     detail::OpTrail trail;
     double total_ms = 0.0;
@@ -187,11 +187,11 @@ SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& o
 
 SmokeTestPolicy::SmokeTestPolicy(SmokeTestOptions options) : options_(std::move(options)) { options_.validate(); }
 
-void SmokeTestPolicy::on_fit_begin(const Trainer& trainer) {
+void SmokeTestPolicy::on_fit_begin(const TrainingRun& run) {
   SmokeTestMode mode = options_.mode();
-  if (mode == SmokeTestMode::automatic) mode = trainer.device().is_cpu() ? SmokeTestMode::off : SmokeTestMode::fail;
+  if (mode == SmokeTestMode::automatic) mode = run.device().is_cpu() ? SmokeTestMode::off : SmokeTestMode::fail;
   if (mode == SmokeTestMode::off) return;
-  report_ = run_smoke_test(trainer, options_);
+  report_ = run_smoke_test(run, options_);
   ran_ = true;
   if (report_.passed) {
     log::info(report_.to_string());

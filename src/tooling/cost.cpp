@@ -8,7 +8,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -58,9 +58,9 @@ CostPolicy::CostPolicy(CostOptions options, std::function<double()> clock)
   }
 }
 
-void CostPolicy::on_fit_begin(const Trainer& trainer) {
-  trainer_ = &trainer;
-  devices_ = static_cast<double>(options_.devices() > 0 ? options_.devices() : trainer.world_size());
+void CostPolicy::on_fit_begin(const TrainingRun& run) {
+  run_ = &run;
+  devices_ = static_cast<double>(options_.devices() > 0 ? options_.devices() : run.world_size());
   fit_start_ = clock_();
   progress_at_start_ = progress();
   epoch_start_cost_ = cost();
@@ -73,25 +73,27 @@ void CostPolicy::on_fit_begin(const Trainer& trainer) {
                      options_.hard_budget() > 0 ? c10::str(", hard stop at ", options_.hard_budget()) : ""));
 }
 
-double CostPolicy::seconds() const { return earlier_seconds_ + (trainer_ ? clock_() - fit_start_ : 0.0); }
+double CostPolicy::seconds() const { return earlier_seconds_ + (run_ ? clock_() - fit_start_ : 0.0); }
 double CostPolicy::burn_rate() const { return options_.price_per_device_hour() * devices_; }
 double CostPolicy::cost() const { return seconds() / 3600.0 * burn_rate(); }
 
-double CostPolicy::progress() const { return trainer_ ? trainer_->progress() : 0.0; }
+double CostPolicy::progress() const { return run_ ? run_->progress() : 0.0; }
 
 double CostPolicy::projected_cost() const {
   const double done_here = progress() - progress_at_start_;
-  if (!trainer_ || done_here <= 0) return cost();
+  if (!run_ || done_here <= 0) return cost();
   const double fit_seconds = clock_() - fit_start_;
   const double remaining = fit_seconds / done_here * (1.0 - progress());
   return (seconds() + remaining) / 3600.0 * burn_rate();
 }
 
-void CostPolicy::on_epoch_begin(const TrainerState& /*state*/) { epoch_start_cost_ = cost(); }
+void CostPolicy::on_step_begin(StepContext& ctx) {
+  if (ctx.first_in_epoch()) epoch_start_cost_ = cost();
+}
 
 void CostPolicy::on_epoch_end(const TrainerState& state) {
   const double epoch_cost = cost() - epoch_start_cost_;
-  trainer_->record("cost", {{"step", static_cast<double>(state.step)},
+  run_->record("cost", {{"step", static_cast<double>(state.step)},
                             {"epoch", static_cast<double>(state.epoch)},
                             {"epoch_cost", epoch_cost},
                             {"cost", cost()},
@@ -103,11 +105,11 @@ void CostPolicy::on_epoch_end(const TrainerState& state) {
 void CostPolicy::check_alerts() {
   while (alerts_fired_ < fractions_.size() && cost() >= fractions_[alerts_fired_] * options_.budget()) {
     const double fraction = fractions_[alerts_fired_++];
-    const TrainerState& s = trainer_->state();
+    const TrainerState& s = run_->state();
     log::warn(c10::str("budget alert: ", cost(), " ", options_.currency(), " spent, ",
                        static_cast<int64_t>(std::lround(100 * fraction)), "% of the budget of ", options_.budget(),
                        "; projected ", projected_cost(), " for the run, at step ", s.step));
-    trainer_->record("budget_alert", {{"step", static_cast<double>(s.step)},
+    run_->record("budget_alert", {{"step", static_cast<double>(s.step)},
                                       {"fraction", fraction},
                                       {"cost", cost()},
                                       {"budget", options_.budget()},
@@ -116,7 +118,7 @@ void CostPolicy::check_alerts() {
 }
 
 std::optional<std::string> CostPolicy::should_stop(const TrainerState& /*state*/) {
-  if (!trainer_) return std::nullopt;
+  if (!run_) return std::nullopt;
   check_alerts();
   // The Trainer spreads a stop to every rank at this same step (clocks differ slightly).
   if (options_.hard_budget() > 0 && cost() >= options_.hard_budget()) {

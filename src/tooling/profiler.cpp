@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -88,23 +88,22 @@ ProfilerPolicy::~ProfilerPolicy() {
   if (active_) kineto::disableProfiler();  // a fit ended by an exception
 }
 
-void ProfilerPolicy::on_fit_begin(const Trainer& trainer) {
-  trainer_ = &trainer;
-  participating_ = options_.all_ranks() || trainer.rank() == 0;
+void ProfilerPolicy::on_fit_begin(const TrainingRun& run) {
+  run_ = &run;
+  participating_ = options_.all_ranks() || run.rank() == 0;
   dir_ = !options_.dir().empty()                ? fs::path(options_.dir())
-         : !trainer.options().run_dir().empty() ? fs::path(trainer.options().run_dir()) / "profiles"
+         : !run.options().run_dir().empty() ? fs::path(run.options().run_dir()) / "profiles"
                                                 : fs::path("profiles");
   last_capture_ = std::chrono::steady_clock::now();
   due_ = false;
   epoch_steps_ = 0;
 }
 
-void ProfilerPolicy::on_epoch_begin(const TrainerState& /*state*/) {
-  epoch_steps_ = 0;
-  if (options_.every_epoch()) due_ = true;
-}
-
 void ProfilerPolicy::on_step_begin(StepContext& ctx) {
+  if (ctx.first_in_epoch()) {
+    epoch_steps_ = 0;
+    if (options_.every_epoch()) due_ = true;
+  }
   if (due_ && !active_ && participating_ && epoch_steps_ >= options_.skip_steps()) {
     due_ = false;
     steps_at_start_ = ctx.state().step + 1;
@@ -114,7 +113,7 @@ void ProfilerPolicy::on_step_begin(StepContext& ctx) {
 
 void ProfilerPolicy::start() {
   std::set<ActivityType> activities{ActivityType::CPU};
-  if (trainer_->device().is_cuda()) activities.insert(ActivityType::CUDA);
+  if (run_->device().is_cuda()) activities.insert(ActivityType::CUDA);
   const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, options_.record_shapes());
   kineto::prepareProfiler(config, activities);
   kineto::enableProfiler(config, activities);
@@ -134,18 +133,18 @@ void ProfilerPolicy::on_step_end(StepContext& ctx) {
   }
 }
 
-void ProfilerPolicy::on_fit_end(const Trainer& trainer) {
-  if (active_) finish(trainer.state());
+void ProfilerPolicy::on_fit_end(const TrainingRun& run) {
+  if (active_) finish(run.state());
 }
 
 void ProfilerPolicy::finish(const TrainerState& state) {
   const auto started = std::chrono::steady_clock::now();
-  if (trainer_->device().is_cuda()) torch::cuda::synchronize();  // the recorded steps' kernels are done
+  if (run_->device().is_cuda()) torch::cuda::synchronize();  // the recorded steps' kernels are done
   std::unique_ptr<kineto::ProfilerResult> result = kineto::disableProfiler();
   active_ = false;
   last_capture_ = std::chrono::steady_clock::now();
   fs::create_directories(dir_);
-  const std::string stem = c10::str("step_", steps_at_start_, options_.all_ranks() ? c10::str("_rank", trainer_->rank()) : "");
+  const std::string stem = c10::str("step_", steps_at_start_, options_.all_ranks() ? c10::str("_rank", run_->rank()) : "");
   const fs::path trace = dir_ / (stem + ".trace.json");
   result->save(trace.string());
   traces_.push_back(trace);
@@ -177,7 +176,7 @@ void ProfilerPolicy::finish(const TrainerState& state) {
   std::ofstream(dir_ / (stem + ".top.txt")) << table.str();
   log::info(table.str());
   const double overhead_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  trainer_->record("profile", {{"step", static_cast<double>(state.step)},
+  run_->record("profile", {{"step", static_cast<double>(state.step)},
                                {"micro_steps", static_cast<double>(recorded_steps_)},
                                {"cpu_self_ms", cpu_ms},
                                {"cuda_ms", cuda_ms},

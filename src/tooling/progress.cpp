@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -33,25 +33,25 @@ std::string format_duration(double seconds) {
 
 ProgressPolicy::ProgressPolicy(ProgressOptions options) : options_(std::move(options)) { options_.validate(); }
 
-void ProgressPolicy::on_fit_begin(const Trainer& trainer) {
-  trainer_ = &trainer;
-  active_ = trainer.rank() == 0;
+void ProgressPolicy::on_fit_begin(const TrainingRun& run) {
+  run_ = &run;
+  active_ = run.rank() == 0;
   terminal_ = options_.force_terminal() || log::console_is_terminal();
-  progress_at_start_ = trainer.progress();
+  progress_at_start_ = run.progress();
   fit_start_ = last_draw_ = last_log_ = std::chrono::steady_clock::now();
   samples_since_draw_ = 0;
 }
 
 std::string ProgressPolicy::describe(StepContext& ctx, double seconds_since_last) const {
   const TrainerState& s = ctx.state();
-  const double done = trainer_->progress();
+  const double done = run_->progress();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start_).count();
   const double done_here = done - progress_at_start_;
   const std::string eta = done_here > 0 ? format_duration(elapsed / done_here * (1.0 - done)) : "?";
   constexpr int kWidth = 20;
   const int filled = std::clamp(static_cast<int>(done * kWidth), 0, kWidth);
-  const double samples_per_s = static_cast<double>(samples_since_draw_ * trainer_->world_size()) / std::max(1e-9, seconds_since_last);
-  return c10::str("epoch ", s.epoch + 1, "/", trainer_->options().max_epochs(), " step ", s.step, " [",
+  const double samples_per_s = static_cast<double>(samples_since_draw_ * run_->world_size()) / std::max(1e-9, seconds_since_last);
+  return c10::str("epoch ", s.epoch + 1, "/", run_->options().max_epochs(), " step ", s.step, " [",
                   std::string(filled, '#'), std::string(kWidth - filled, '.'), "] ", static_cast<int64_t>(100 * done), "% ",
                   eta, " left, ", static_cast<int64_t>(samples_per_s), " samples/s, loss ", ctx.loss().item<double>());
 }
@@ -78,7 +78,7 @@ void ProgressPolicy::on_step_end(StepContext& ctx) {
   samples_since_draw_ = 0;
 }
 
-void ProgressPolicy::on_fit_end(const Trainer& /*trainer*/) {
+void ProgressPolicy::on_fit_end(const TrainingRun& /*run*/) {
   if (active_ && terminal_) log::set_status_line("");
 }
 

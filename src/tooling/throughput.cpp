@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "frugal/core/trainer.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 #include "base/resident_memory.hpp"
 #include "tooling/detail/nvml.hpp"
@@ -41,9 +41,9 @@ std::optional<double> known_peak_tflops(const std::string& device_name, bool hal
 ThroughputPolicy::ThroughputPolicy(ThroughputOptions options) : options_(std::move(options)) { options_.validate(); }
 ThroughputPolicy::~ThroughputPolicy() = default;
 
-void ThroughputPolicy::on_fit_begin(const Trainer& trainer) {
-  trainer_ = &trainer;
-  device_ = trainer.device();
+void ThroughputPolicy::on_fit_begin(const TrainingRun& run) {
+  run_ = &run;
+  device_ = run.device();
   peak_tflops_ = options_.peak_tflops();
   if (device_.is_cuda()) {
     const int index = device_.has_index() ? device_.index() : 0;
@@ -65,10 +65,10 @@ void ThroughputPolicy::on_fit_begin(const Trainer& trainer) {
 }
 
 void ThroughputPolicy::collect_metrics(Metrics& metrics) {
-  const double samples_per_s = trainer_->samples_per_s();  // the job's, over the Trainer's log window
+  const double samples_per_s = run_->samples_per_s();  // the job's, over the Trainer's log window
   if (options_.tokens_per_sample() > 0) metrics["tokens_per_s"] = samples_per_s * options_.tokens_per_sample();
   if (options_.flops_per_sample() > 0) {
-    const double tflops = samples_per_s / static_cast<double>(trainer_->world_size()) * options_.flops_per_sample() / 1e12;
+    const double tflops = samples_per_s / static_cast<double>(run_->world_size()) * options_.flops_per_sample() / 1e12;
     metrics["tflops"] = tflops;
     if (peak_tflops_ > 0) metrics["mfu"] = tflops / peak_tflops_;
   }

@@ -58,7 +58,7 @@ TEST_CASE("early stopping ends a fit with its reason and its counters survive a 
     trainer->set_validation_data(noise);
     auto early = std::make_shared<EarlyStoppingPolicy>(EarlyStoppingOptions().patience(3));
     trainer->add_policy(early);
-    trainer->add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2)));
+    add_checkpointing(*trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2)));
     return std::make_pair(std::move(trainer), early);
   };
   // lr 0: the validation loss never changes, so evaluations 2, 3, 4 are not improvements.

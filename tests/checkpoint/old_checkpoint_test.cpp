@@ -42,7 +42,7 @@ Run make_run(const fs::path& checkpoints, int64_t max_steps, uint64_t init_seed)
       MixedPrecisionOptions().mode(Precision::fp16).autocast(false).scaler(GradScalerOptions().growth_interval(3)));
   r.trainer->add_policy(r.precision);
   r.trainer->add_policy(std::make_shared<EarlyStoppingPolicy>(EarlyStoppingOptions().patience(100)));
-  r.trainer->add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().dir(checkpoints.string()).every_n_steps(4)));
+  add_checkpointing(*r.trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().dir(checkpoints.string()).every_n_steps(4)));
   r.trainer->add_policy(std::make_shared<RecoveryPolicy>(RecoveryOptions().min_history(3)));
   return r;
 }

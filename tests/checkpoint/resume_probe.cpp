@@ -44,14 +44,11 @@ struct SignalAtStep : frugal::Policy {
 
 // Overflows two micro-steps, so that skipped steps and a backed-off loss scale are part of what a
 // resume must restore.
-struct InjectOverflow : frugal::Policy {
-  std::string name() const override { return "inject_overflow"; }
-  void on_after_backward(frugal::StepContext& ctx) override {
-    if (ctx.state().micro_step != 5 && ctx.state().micro_step != 23) return;
-    torch::NoGradGuard no_grad;
-    ctx.module().parameters().front().grad().fill_(INFINITY);
-  }
-};
+std::shared_ptr<frugal::Policy> inject_overflow(const torch::nn::Module& net) {
+  return std::make_shared<frugal::testing::GradientInjection>(net.parameters().front(), [](int64_t micro_step, const torch::Tensor& grad) {
+    return micro_step == 5 || micro_step == 23 ? torch::full_like(grad, INFINITY) : grad;
+  });
+}
 
 }  // namespace
 
@@ -76,7 +73,7 @@ int main(int argc, char** argv) {
   trainer.add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(
       frugal::MixedPrecisionOptions().mode(frugal::Precision::fp16).autocast(false).scaler(
           frugal::GradScalerOptions().growth_interval(4))));
-  trainer.add_policy(std::make_shared<InjectOverflow>());
+  trainer.add_policy(inject_overflow(*net));
   auto checkpoint = std::make_shared<frugal::CheckpointPolicy>(frugal::CheckpointOptions().every_n_steps(3).keep_last(2));
   if (mode == "kill-at-stage" && argc > 5) {
     const std::string stage = argv[4];
@@ -96,7 +93,7 @@ int main(int argc, char** argv) {
       if (s == "state.pt" && at == step) std::raise(SIGTERM);
     });
   }
-  trainer.add_policy(checkpoint);
+  frugal::add_checkpointing(trainer, checkpoint);
   auto result = trainer.fit();
   std::cout << "steps " << result.state.step << " skipped " << result.state.skipped_steps << " stop: "
             << result.state.stop_reason.value_or("-") << "\n";

@@ -32,7 +32,7 @@ Run make_run(const fs::path& dir, int64_t max_steps, bool resume = true) {
       [](torch::nn::Module& m) { return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(0.01)); },
       blobs(64), TrainerOptions().device("cpu").run_dir(dir.string()).max_epochs(10).max_steps(max_steps).log_every_n_steps(1000),
       DataLoaderOptions().batch_size(8));
-  r.trainer->add_policy(
+  add_checkpointing(*r.trainer,
       std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2).keep_last(2).async(false).at_end(false).resume(resume)));
   return r;
 }

@@ -37,7 +37,7 @@ Run make_run(const fs::path& dir, int64_t max_steps, uint64_t init_seed, int64_t
       MixedPrecisionOptions().mode(Precision::fp16).autocast(false).scaler(GradScalerOptions().growth_interval(3)));
   r.trainer->add_policy(r.precision);
   r.checkpoint = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(5));
-  r.trainer->add_policy(r.checkpoint);
+  add_checkpointing(*r.trainer, r.checkpoint);
   return r;
 }
 
@@ -130,7 +130,7 @@ TEST_CASE("an async write that fails surfaces in the training loop", "[checkpoin
   std::ofstream(root / "blocker") << "a file where the checkpoint directory should be";
   Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu").run_dir(""),
                   DataLoaderOptions().batch_size(8));
-  trainer.add_policy(std::make_shared<CheckpointPolicy>(
+  add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(
       CheckpointOptions().dir((root / "blocker" / "checkpoints").string()).every_n_steps(2).async(true).resume(false)));
   CHECK_THROWS_AS(trainer.fit(), CheckpointError);
   CHECK(trainer.state().step < 8);  // stopped by the error, before the end of the epoch
@@ -141,13 +141,13 @@ TEST_CASE("a time cadence saves when the interval has passed", "[checkpoint][cad
   Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(32), TrainerOptions().device("cpu").run_dir(root.string()),
                   DataLoaderOptions().batch_size(8));
   auto policy = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_minutes(1e-9).keep_last(0).at_end(false));
-  trainer.add_policy(policy);
+  add_checkpointing(trainer, policy);
   trainer.fit();
   CHECK(policy->store().list().size() == 4);  // every boundary is past a 60-microsecond interval
   Trainer slow(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(32), TrainerOptions().device("cpu").run_dir((root / "b").string()),
                DataLoaderOptions().batch_size(8));
   auto hourly = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_minutes(60).at_end(false));
-  slow.add_policy(hourly);
+  add_checkpointing(slow, hourly);
   slow.fit();
   CHECK(hourly->store().list().empty());
 }
@@ -184,7 +184,7 @@ TEST_CASE("checkpoint.resume=false starts over even where checkpoints exist", "[
   fresh.checkpoint = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(5).resume(false));
   Trainer trainer(Model(fresh.net.ptr(), cross_entropy()), sgd(), blobs(96),
                   TrainerOptions().device("cpu").run_dir(root.string()).max_steps(2), DataLoaderOptions().batch_size(8));
-  trainer.add_policy(fresh.checkpoint);
+  add_checkpointing(trainer, fresh.checkpoint);
   auto result = trainer.fit();
   CHECK(result.state.step == 2);  // from 0, not from the checkpoint of step 6
   CHECK(CheckpointStore(root / "checkpoints").find_latest_valid()->info.step == 6);  // the newer one is still there

@@ -28,9 +28,9 @@ class SkipHighLoss : public frugal::Policy {
   explicit SkipHighLoss(SkipHighLossOptions options) : options_(options) {}
   std::string name() const override { return "skip_high_loss"; }
 
-  void on_fit_begin(const frugal::Trainer& trainer) override {
-    trainer_ = &trainer;
-    last_good_ = std::make_shared<const frugal::TrainingSnapshot>(trainer.snapshot());
+  void on_fit_begin(const frugal::TrainingRun& run) override {
+    run_ = &run;
+    last_good_ = std::make_shared<const frugal::TrainingSnapshot>(run.snapshot());
   }
 
   void before_optimizer_step(frugal::StepContext& ctx) override {
@@ -45,13 +45,13 @@ class SkipHighLoss : public frugal::Policy {
     if (++in_a_row_ < options_.max_skips) return;
     in_a_row_ = 0;
     ++rollbacks_;
-    ctx.roll_back(last_good_, trainer_->data_position());  // read on after the data that led here
+    ctx.roll_back(last_good_, run_->data_position());  // read on after the data that led here
   }
 
   void on_step_end(frugal::StepContext& ctx) override {
     if (!ctx.boundary() || ctx.step_cancelled() || ctx.rollback() || in_a_row_ > 0) return;
     if (ctx.state().step % options_.snapshot_every == 0) {
-      last_good_ = std::make_shared<const frugal::TrainingSnapshot>(trainer_->snapshot());
+      last_good_ = std::make_shared<const frugal::TrainingSnapshot>(run_->snapshot());
     }
   }
 
@@ -77,7 +77,7 @@ class SkipHighLoss : public frugal::Policy {
 
  private:
   SkipHighLossOptions options_;
-  const frugal::Trainer* trainer_ = nullptr;
+  const frugal::TrainingRun* run_ = nullptr;
   std::shared_ptr<const frugal::TrainingSnapshot> last_good_;
   int64_t in_a_row_ = 0, skipped_ = 0, rollbacks_ = 0;
 };

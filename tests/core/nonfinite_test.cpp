@@ -55,7 +55,7 @@ TEST_CASE("no checkpoint is written after a NaN: the error names the last good o
   const fs::path dir = scratch_dir("nonfinite_checkpoint");
   TinyNet net;
   Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(), blobs_with_nan(64, 20), options(dir), unshuffled());
-  trainer.add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2).async(false)));
+  add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2).async(false)));
   const std::string error = error_of(trainer);
   INFO(error);
   CHECK_THAT(error, Catch::Contains("a non-finite training loss (nan) at step 3"));
@@ -83,7 +83,7 @@ TEST_CASE("weights that are not finite are never checkpointed, even when the los
   TinyNet net;
   Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(std::numeric_limits<double>::infinity()), blobs(64), options(dir),
                   unshuffled());
-  trainer.add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(1).async(false)));
+  add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(1).async(false)));
   const std::string error = error_of(trainer);
   INFO(error);
   CHECK_THAT(error, Catch::Contains("non-finite weights at step 1 (parameter fc1.weight)"));

@@ -19,11 +19,11 @@ TrainerOptions quiet_options() { return TrainerOptions().device("cpu").run_dir("
 struct Recorder : Policy {
   explicit Recorder(std::string n, std::vector<std::string>& log) : name_(std::move(n)), log_(log) {}
   std::string name() const override { return name_; }
-  void on_fit_begin(const Trainer&) override { log_.push_back(name_ + ":fit_begin"); }
-  void on_fit_end(const Trainer&) override { log_.push_back(name_ + ":fit_end"); }
-  void on_epoch_begin(const TrainerState&) override { log_.push_back(name_ + ":epoch_begin"); }
+  void on_fit_begin(const TrainingRun&) override { log_.push_back(name_ + ":fit_begin"); }
+  void on_fit_end(const TrainingRun&) override { log_.push_back(name_ + ":fit_end"); }
   void on_epoch_end(const TrainerState&) override { log_.push_back(name_ + ":epoch_end"); }
   void on_step_begin(StepContext& ctx) override {
+    if (ctx.first_in_epoch()) log_.push_back(name_ + ":first_in_epoch");
     log_.push_back(name_ + ":step_begin");
     if (non_boundary_every_other && ctx.state().micro_step % 2 == 0) ctx.set_boundary(false);
   }
@@ -35,7 +35,6 @@ struct Recorder : Policy {
     log_.push_back(name_ + ":transform_loss");
     return loss;
   }
-  void on_after_backward(StepContext&) override { log_.push_back(name_ + ":after_backward"); }
   void reduce_gradients(StepContext&) override { log_.push_back(name_ + ":reduce"); }
   void unscale_gradients(StepContext& ctx) override {
     log_.push_back(name_ + ":unscale");
@@ -105,9 +104,9 @@ TEST_CASE("one micro-step calls the hooks in the documented order, policies in t
   trainer.add_policy(std::make_shared<Recorder>("b", log));
   trainer.fit();
   const std::vector<std::string> expected{
-      "a:fit_begin", "b:fit_begin", "a:epoch_begin", "b:epoch_begin", "a:step_begin", "b:step_begin",
-      "a:forward_guard", "b:forward_guard", "a:transform_loss", "b:transform_loss", "a:after_backward",
-      "b:after_backward", "a:reduce", "b:reduce", "a:unscale", "b:unscale", "a:clip", "b:clip",
+      "a:fit_begin", "b:fit_begin", "a:first_in_epoch", "a:step_begin", "b:first_in_epoch", "b:step_begin",
+      "a:forward_guard", "b:forward_guard", "a:transform_loss", "b:transform_loss",
+      "a:reduce", "b:reduce", "a:unscale", "b:unscale", "a:clip", "b:clip",
       "a:before_step", "b:before_step", "a:after_step", "b:after_step", "a:step_end", "b:step_end",
       "a:epoch_end", "b:epoch_end", "a:fit_end", "b:fit_end"};
   CHECK(log == expected);
@@ -144,8 +143,8 @@ TEST_CASE("a cancelled step leaves the weights alone and skips the remaining gra
   CHECK(result.state.optimizer_steps() == 1);
   CHECK(result.state.lr == Approx(lr_before / 2));  // the schedule advanced once, not twice
   const auto r = only(log, "r:");
-  const std::vector<std::string> first_step(r.begin() + 2, r.begin() + 11);
-  CHECK(first_step == std::vector<std::string>{"step_begin", "forward_guard", "transform_loss", "after_backward",
+  const std::vector<std::string> first_step(r.begin() + 2, r.begin() + 10);
+  CHECK(first_step == std::vector<std::string>{"step_begin", "forward_guard", "transform_loss",
                                                "reduce", "unscale", "after_step(cancelled)", "step_end", "step_begin"});
 }
 
@@ -165,7 +164,7 @@ TEST_CASE("micro-steps that are not boundaries accumulate gradients without step
   CHECK(result.state.step == 2);
   auto r = only(log, "r:");
   CHECK(std::count(r.begin(), r.end(), "reduce") == 2);
-  CHECK(std::count(r.begin(), r.end(), "after_backward") == 4);
+  CHECK(std::count(r.begin(), r.end(), "transform_loss") == 4);
 
   // Same as summing the gradients of two micro-batches by hand.
   torch::optim::SGD opt(reference->parameters(), torch::optim::SGDOptions(0.1));
@@ -213,7 +212,10 @@ TEST_CASE("forward guards are open exactly around the forward pass, in training 
       phases.push_back(phase);
       return std::make_unique<Guard>();
     }
-    void on_after_backward(StepContext&) override { CHECK(open_guards == 0); }
+    torch::Tensor transform_loss(StepContext&, torch::Tensor loss) override {
+      CHECK(open_guards == 0);  // the scopes close before the loss transforms and backward
+      return loss;
+    }
   };
   int forwards_inside = 0;
   LossFn<TinyNetImpl> loss = [&](TinyNetImpl& n, const Batch& b) {

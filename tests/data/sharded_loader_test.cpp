@@ -252,7 +252,7 @@ TEST_CASE("a Trainer on shards with worker threads resumes from its checkpoint b
     Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(0.001), data,
                     TrainerOptions().device("cpu").run_dir(dir.string()).max_epochs(10).max_steps(max_steps),
                     DataLoaderOptions().batch_size(8).seed(5).num_workers(3).prefetch_batches(2));
-    trainer.add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(5)));
+    add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(5)));
     return trainer.fit();
   };
   TinyNet clean{nullptr}, resumed{nullptr};

@@ -61,10 +61,8 @@ struct Recorder : frugal::Policy {
     // From the fifth micro-step on, rank 1 alone "runs out of memory" on micro-batches above 2.
     TORCH_CHECK_WITH(OutOfMemoryError, !(args_.mode == "oom" && rank_ == 1 && ctx.state().micro_step >= 4 && ctx.batch().size() > 2),
                      "simulated out of memory on rank 1");
+    if (ctx.boundary()) local_buffers_ = buffers(ctx.module());  // after the forward pass, before the buffers' sync
     return loss;
-  }
-  void on_after_backward(frugal::StepContext& ctx) override {
-    if (ctx.boundary()) local_buffers_ = buffers(ctx.module());
   }
   void on_after_optimizer_step(frugal::StepContext& ctx) override {
     params.push_back(frugal::testing::flat_parameters(ctx.module()));
@@ -118,12 +116,11 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<CountingCommun
   // No run directory otherwise: each rank's one-process reference fit is a run of its own, and two
   // runs may not share a directory.
   options.run_dir(args.mode == "resume" || args.mode == "preempt" ? args.get("dir", "run") : "");
-  options.halve_batch_on_oom(args.mode == "oom");
   frugal::Trainer trainer(model, [](torch::nn::Module& m) {
     return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   }, frugal::testing::blobs(240), options, frugal::DataLoaderOptions().batch_size(batch).seed(3));
   if (communicator) {
-    trainer.add_policy(std::make_shared<frugal::DataParallelPolicy>(
+    frugal::add_data_parallel(trainer, std::make_shared<frugal::DataParallelPolicy>(
         communicator, frugal::DataParallelOptions()
                           .bucket_cap_mb(256.0 / (1024 * 1024))  // a few buckets even for this model
                           .overlap(args.get("overlap", "true") == "true")
@@ -134,7 +131,8 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<CountingCommun
   }
   const int64_t accumulate = args.num("accumulate", 1);
   if (accumulate > 1 || args.mode == "oom") {
-    trainer.add_policy(std::make_shared<frugal::GradientAccumulationPolicy>(frugal::GradientAccumulationOptions().steps(accumulate)));
+    trainer.add_policy(std::make_shared<frugal::GradientAccumulationPolicy>(
+        frugal::GradientAccumulationOptions().steps(accumulate).halve_batch_on_oom(args.mode == "oom")));
   }
   if (args.mode == "overflow") {
     trainer.add_policy(std::make_shared<frugal::MixedPrecisionPolicy>(
@@ -144,7 +142,7 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<CountingCommun
   trainer.add_policy(run.recorder);
   if (args.mode == "resume" || args.mode == "preempt") {
     run.checkpoint = std::make_shared<frugal::CheckpointPolicy>(frugal::CheckpointOptions().every_n_steps(3).keep_last(2));
-    trainer.add_policy(run.checkpoint);
+    frugal::add_checkpointing(trainer, run.checkpoint);
   }
   run.result = trainer.fit();
   run.final_batch_size = trainer.data_options().batch_size();

@@ -115,33 +115,22 @@ TEST_CASE("evaluation shards cover every example exactly once, sizes differing b
   CHECK(seen == std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
 }
 
-namespace {
-struct BringsCommunicator : Policy {
-  explicit BringsCommunicator(std::shared_ptr<Communicator> c, std::string name = "brings") : c_(std::move(c)), name_(std::move(name)) {}
-  std::string name() const override { return name_; }
-  std::shared_ptr<Communicator> communicator() const override { return c_; }
-  std::shared_ptr<Communicator> c_;
-  std::string name_;
-};
-}  // namespace
-
-TEST_CASE("a policy with a communicator makes the Trainer read its rank's share", "[distributed][trainer]") {
+TEST_CASE("replication hands the Trainer a communicator: it reads its rank's share", "[distributed][trainer]") {
   Seeded seeded;
   TinyNet net;
   Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu"),
                   DataLoaderOptions().batch_size(8));
   CHECK(trainer.batches_per_epoch() == 8);
   CHECK(trainer.world_size() == 1);
-  trainer.add_policy(std::make_shared<BringsCommunicator>(std::make_shared<TwinCommunicator>()));
+  trainer.replicate({std::make_shared<TwinCommunicator>()});
   CHECK(trainer.world_size() == 2);
   CHECK(trainer.data_options().num_replicas() == 2);
   CHECK(trainer.batches_per_epoch() == 4);
-  CHECK_THROWS_WITH(trainer.add_policy(std::make_shared<BringsCommunicator>(std::make_shared<TwinCommunicator>(), "again")),
-                    Catch::Contains("another policy already did"));
+  CHECK_THROWS_WITH(trainer.replicate({std::make_shared<TwinCommunicator>()}), Catch::Contains("the Trainer replicates already"));
 
   Trainer mismatched(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu"),
                      DataLoaderOptions().num_replicas(4));
-  CHECK_THROWS_WITH(mismatched.add_policy(std::make_shared<BringsCommunicator>(std::make_shared<TwinCommunicator>())),
+  CHECK_THROWS_WITH(mismatched.replicate({std::make_shared<TwinCommunicator>()}),
                     Catch::Contains("num_replicas is 4 but the world has 2 ranks"));
 }
 

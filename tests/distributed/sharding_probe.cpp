@@ -86,7 +86,7 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<frugal::Commun
   frugal::Trainer trainer(model, optimizer_named(args.get("optimizer", "adamw")), frugal::testing::blobs(240), options,
                           frugal::DataLoaderOptions().batch_size(args.num("batch", 4)).seed(3));
   if (comm) {
-    trainer.add_policy(std::make_shared<frugal::DataParallelPolicy>(
+    frugal::add_data_parallel(trainer, std::make_shared<frugal::DataParallelPolicy>(
         comm, frugal::DataParallelOptions().bucket_cap_mb(512.0 / (1024 * 1024)).shard(shard)));  // several buckets
   }
   trainer.add_policy(std::make_shared<frugal::GradientAccumulationPolicy>(frugal::GradientAccumulationOptions().steps(parity ? 2 : 1)));
@@ -100,7 +100,7 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<frugal::Commun
   trainer.add_policy(run.recorder);
   run.memory = std::make_shared<frugal::MemoryReportPolicy>();
   trainer.add_policy(run.memory);
-  if (!parity) trainer.add_policy(std::make_shared<frugal::CheckpointPolicy>(frugal::CheckpointOptions().every_n_steps(3).keep_last(4)));
+  if (!parity) frugal::add_checkpointing(trainer, std::make_shared<frugal::CheckpointPolicy>(frugal::CheckpointOptions().every_n_steps(3).keep_last(4)));
   run.result = trainer.fit();
   return run;
 }

@@ -217,7 +217,7 @@ TEST_CASE("sharded gradients over NCCL on CUDA: reduce-scatter, the sharded step
     Trainer trainer(Model(net.ptr(), cross_entropy()),
                     [](torch::nn::Module& m) { return std::make_unique<FusedAdamW>(m.parameters(), torch::optim::AdamWOptions(0.01)); },
                     blobs(64), TrainerOptions().device("cuda").max_steps(6).run_dir(""), DataLoaderOptions().batch_size(8));
-    trainer.add_policy(std::make_shared<DataParallelPolicy>(nccl, DataParallelOptions().bucket_cap_mb(0.001).shard(shard)));
+    add_data_parallel(trainer, std::make_shared<DataParallelPolicy>(nccl, DataParallelOptions().bucket_cap_mb(0.001).shard(shard)));
     trainer.add_policy(std::make_shared<GradientClippingPolicy>(GradientClippingOptions().mode(ClipMode::norm).max_norm(0.1)));
     trainer.fit();
     return flat_parameters(*net).cpu();

@@ -11,17 +11,17 @@ using namespace frugal::testing;
 
 namespace {
 
-// Sets weight.grad[0, 0] of the first layer to a scripted value after backward.
-struct InjectNonFinite : Policy {
-  std::string name() const override { return "inject"; }
-  void on_after_backward(StepContext& ctx) override {
+// Sets weight.grad[0, 0] of the first layer to a scripted value in micro-steps 2, 5 and 6.
+std::shared_ptr<Policy> inject_non_finite(const torch::nn::Sequential& model) {
+  return std::make_shared<GradientInjection>(model->named_parameters()["0.weight"], [](int64_t micro_step, const torch::Tensor& grad) {
     const std::map<int64_t, double> script{{2, INFINITY}, {5, NAN}, {6, -INFINITY}};
-    auto it = script.find(ctx.state().micro_step);
-    if (it == script.end()) return;
-    torch::NoGradGuard no_grad;
-    ctx.module().named_parameters()["0.weight"].grad()[0][0] = it->second;
-  }
-};
+    auto it = script.find(micro_step);
+    if (it == script.end()) return grad;
+    torch::Tensor changed = grad.clone();
+    changed[0][0] = it->second;
+    return changed;
+  });
+}
 
 struct RecordScale : Policy {
   explicit RecordScale(const MixedPrecisionPolicy& p) : precision(p) {}
@@ -66,7 +66,7 @@ Run run_frugal(bool clip, bool scaling, bool stop_on_nonfinite = true) {
           .autocast(false)  // an fp32 model: the scaling arithmetic is what is compared
           .scaler(GradScalerOptions().init_scale(65536.0).growth_interval(3)));
   auto record = std::make_shared<RecordScale>(*precision);
-  trainer.add_policy(std::make_shared<InjectNonFinite>());
+  trainer.add_policy(inject_non_finite(model));
   trainer.add_policy(precision);
   if (clip) {
     trainer.add_policy(std::make_shared<GradientClippingPolicy>(

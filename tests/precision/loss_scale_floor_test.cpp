@@ -10,13 +10,11 @@ using namespace frugal;
 using namespace frugal::testing;
 
 namespace {
-struct AlwaysOverflow : Policy {
-  std::string name() const override { return "always_overflow"; }
-  void on_after_backward(StepContext& ctx) override {
-    torch::NoGradGuard no_grad;
-    ctx.module().parameters().front().grad().fill_(INFINITY);
-  }
-};
+// Every micro-step's gradient of the first parameter is infinite.
+std::shared_ptr<Policy> always_overflow(const torch::nn::Module& net) {
+  return std::make_shared<GradientInjection>(net.parameters().front(),
+                                             [](int64_t, const torch::Tensor& grad) { return torch::full_like(grad, INFINITY); });
+}
 
 MixedPrecisionOptions tiny_scale(ScaleFloorAction action) {
   return MixedPrecisionOptions()
@@ -34,7 +32,7 @@ TEST_CASE("a loss scale below the floor stops the run with a clear error by defa
   const auto initial = flat_parameters(*net);
   Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu").run_dir(""),
                   DataLoaderOptions().batch_size(8));
-  trainer.add_policy(std::make_shared<AlwaysOverflow>());
+  trainer.add_policy(always_overflow(*net));
   trainer.add_policy(std::make_shared<MixedPrecisionPolicy>(tiny_scale(ScaleFloorAction::error)));
   CHECK_THROWS_WITH(trainer.fit(), Catch::Contains("fp16 loss scale fell to 1") &&
                                        Catch::Contains("precision.min_scale=2") && Catch::Contains("2 overflow steps"));
@@ -45,20 +43,15 @@ TEST_CASE("a loss scale below the floor stops the run with a clear error by defa
 TEST_CASE("with fallback the run continues in bf16 and records it", "[precision][overflow]") {
   Seeded seeded;
   const auto dir = scratch_dir("fallback");
-  Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(64),
+  TinyNet net;
+  Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(), blobs(64),
                   TrainerOptions().device("cpu").run_dir(dir.string()).log_every_n_steps(8), DataLoaderOptions().batch_size(8));
   // Overflow only while fp16 is on: the fallback ends it.
   auto precision = std::make_shared<MixedPrecisionPolicy>(tiny_scale(ScaleFloorAction::fallback));
-  struct OverflowWhileFp16 : Policy {
-    explicit OverflowWhileFp16(const MixedPrecisionPolicy& p) : policy(p) {}
-    std::string name() const override { return "overflow_while_fp16"; }
-    void on_after_backward(StepContext& ctx) override {
-      torch::NoGradGuard no_grad;
-      if (policy.precision() == Precision::fp16) ctx.module().parameters().front().grad().fill_(INFINITY);
-    }
-    const MixedPrecisionPolicy& policy;
-  };
-  trainer.add_policy(std::make_shared<OverflowWhileFp16>(*precision));
+  const MixedPrecisionPolicy& policy = *precision;
+  trainer.add_policy(std::make_shared<GradientInjection>(net->parameters().front(), [&policy](int64_t, const torch::Tensor& grad) {
+    return policy.precision() == Precision::fp16 ? torch::full_like(grad, INFINITY) : grad;
+  }));
   trainer.add_policy(precision);
   auto result = trainer.fit();
   CHECK(precision->precision() == Precision::bf16);

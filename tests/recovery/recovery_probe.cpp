@@ -48,12 +48,12 @@ struct NetImpl : torch::nn::Cloneable<NetImpl> {
 };
 TORCH_MODULE(Net);
 
-// Ends the process like a lost node (SIGKILL) right after the checkpoint policy wrote the
-// state of the `rollbacks`-th rollback (it was added after it, so it is told after it).
+// Ends the process like a lost node (SIGKILL) at the first step after the `rollbacks`-th
+// rollback, which the checkpoint policy (the Trainer's resume source) has saved by then.
 struct KillAfterRollback : frugal::Policy {
   KillAfterRollback(int64_t rollbacks, std::shared_ptr<frugal::RecoveryPolicy> recovery) : rollbacks_(rollbacks), recovery_(std::move(recovery)) {}
   std::string name() const override { return "kill_after_rollback"; }
-  void on_rolled_back(const frugal::TrainerState&) override {
+  void on_step_begin(frugal::StepContext&) override {
     if (recovery_->rollbacks() >= rollbacks_) std::raise(SIGKILL);
   }
   int64_t rollbacks_;

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "frugal/frugal.hpp"
@@ -83,5 +85,20 @@ inline torch::Tensor flat_parameters(const torch::nn::Module& m) {
   for (const auto& p : m.parameters()) flat.push_back(p.detach().flatten().clone());
   return torch::cat(flat);
 }
+
+/// Fault injection: `edit` sees the gradient backward computes for `parameter` in each
+/// micro-step (a tensor hook, before it is added to .grad) and returns it or a changed copy.
+class GradientInjection : public Policy {
+ public:
+  using Edit = std::function<torch::Tensor(int64_t micro_step, const torch::Tensor& grad)>;
+  GradientInjection(torch::Tensor parameter, Edit edit) : micro_step_(std::make_shared<int64_t>(-1)) {
+    parameter.register_hook([step = micro_step_, edit = std::move(edit)](const torch::Tensor& grad) { return edit(*step, grad); });
+  }
+  std::string name() const override { return "inject_gradient"; }
+  void on_step_begin(StepContext& ctx) override { *micro_step_ = ctx.state().micro_step; }
+
+ private:
+  std::shared_ptr<int64_t> micro_step_;  // shared with the hook, which may outlive the policy
+};
 
 }  // namespace frugal::testing

@@ -51,7 +51,7 @@ struct Run {
     cost = std::make_shared<CostPolicy>(options, [c = clock] { return *c; });
     trainer->add_policy(cost);
     trainer->add_policy(figures);
-    if (checkpoint) trainer->add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(0)));
+    if (checkpoint) add_checkpointing(*trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(0)));
   }
 };
 

@@ -34,11 +34,11 @@ Result train(int64_t batch, int64_t steps, PressureAfter pressure, bool halve, c
   Seeded seeded;
   TinyNet net;
   Trainer trainer(Model(net.ptr(), LossFn<TinyNetImpl>(pressure)), sgd(0.05), blobs(256),
-                  TrainerOptions().max_epochs(2).max_steps(max_steps).device("cpu").run_dir(run_dir).halve_batch_on_oom(halve),
+                  TrainerOptions().max_epochs(2).max_steps(max_steps).device("cpu").run_dir(run_dir),
                   DataLoaderOptions().batch_size(batch).seed(5));
-  auto accumulation = std::make_shared<GradientAccumulationPolicy>(GradientAccumulationOptions().steps(steps));
+  auto accumulation = std::make_shared<GradientAccumulationPolicy>(GradientAccumulationOptions().steps(steps).halve_batch_on_oom(halve));
   trainer.add_policy(accumulation);
-  if (checkpoint) trainer.add_policy(std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2)));
+  if (checkpoint) add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2)));
   const FitResult fit = trainer.fit();
   return {flat_parameters(*net), fit.state, trainer.data_options().batch_size(), accumulation->steps()};
 }

@@ -12,8 +12,9 @@ namespace {
 // Which micro-steps ran with the profiler on (checked inside the step, after the policies' begin hooks).
 struct ProfilerWatch : Policy {
   std::string name() const override { return "profiler_watch"; }
-  void on_after_backward(StepContext& ctx) override {
+  torch::Tensor transform_loss(StepContext& ctx, torch::Tensor loss) override {  // inside the step, after the forward pass
     if (torch::autograd::profiler::isProfilerEnabledInMainThread()) profiled.push_back(ctx.state().micro_step + 1);
+    return loss;
   }
   std::vector<int64_t> profiled;
 };

@@ -11,14 +11,14 @@ using namespace frugal::testing;
 namespace {
 struct Figures : Policy {
   std::string name() const override { return "figures"; }
-  void on_fit_begin(const Trainer& trainer) override { trainer_ = &trainer; }
+  void on_fit_begin(const TrainingRun& run) override { run_ = &run; }
   void collect_metrics(Metrics& metrics) override {
     seen.push_back(metrics);
-    samples_per_s.push_back(trainer_->samples_per_s());
+    samples_per_s.push_back(run_->samples_per_s());
   }
   std::vector<Metrics> seen;
   std::vector<double> samples_per_s;  // the Trainer's, for the same window
-  const Trainer* trainer_ = nullptr;
+  const TrainingRun* run_ = nullptr;
 };
 }  // namespace
 

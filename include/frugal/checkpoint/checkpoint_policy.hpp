@@ -13,7 +13,9 @@
 // the files it will read (its own shard, or those that overlap its part after a change of world
 // size), and the ranks agree on the newest checkpoint that passed everywhere.
 //
-//   trainer.add_policy(std::make_shared<frugal::CheckpointPolicy>(
+// It is also the Trainer's resume source: add it with add_checkpointing, which does both.
+//
+//   frugal::add_checkpointing(trainer, std::make_shared<frugal::CheckpointPolicy>(
 //       frugal::CheckpointOptions().every_n_steps(500).keep_last(3).keep_best(1).monitor("loss")));
 
 #include <torch/arg.h>
@@ -25,8 +27,11 @@
 
 #include "frugal/checkpoint/checkpoint_store.hpp"
 #include "frugal/core/policy.hpp"
+#include "frugal/core/resume_source.hpp"
 
 namespace frugal {
+
+class Trainer;
 
 struct CheckpointOptions {
   /// Where checkpoints go; "" = <trainer.run_dir>/checkpoints.
@@ -52,7 +57,7 @@ struct CheckpointOptions {
   void validate() const;
 };
 
-class CheckpointPolicy : public Policy {
+class CheckpointPolicy : public Policy, public ResumeSource {
  public:
   explicit CheckpointPolicy(CheckpointOptions options = {}, std::string config_toml = "");
   ~CheckpointPolicy() override;
@@ -61,14 +66,15 @@ class CheckpointPolicy : public Policy {
   /// The newest checkpoint that verifies and loads on every rank; called again after a
   /// resume_failed, the next older one. Checkpoints that fail their check are moved aside
   /// (<dir>.damaged). CheckpointError when checkpoints exist but none can be resumed from.
-  std::shared_ptr<const TrainingSnapshot> resume_from(const Trainer& trainer) override;
+  std::shared_ptr<const TrainingSnapshot> resume_from(const TrainingRun& run) override;
   void resume_failed(const std::string& reason) override;
-  void on_fit_begin(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
   void on_step_end(StepContext& ctx) override;
+  /// Checkpoints newer than `state` are of an abandoned path: removed, and one of `state` written.
   void on_rolled_back(const TrainerState& state) override;
   void on_epoch_end(const TrainerState& state) override;
   std::optional<std::string> should_stop(const TrainerState& state) override;
-  void on_fit_end(const Trainer& trainer) override;
+  void on_fit_end(const TrainingRun& run) override;
   std::optional<std::string> last_checkpoint() const override;
 
   /// Writes a checkpoint of the trainer now (asynchronously if configured).
@@ -105,7 +111,7 @@ class CheckpointPolicy : public Policy {
   CheckpointOptions options_;
   std::string config_toml_;
   CheckpointStore store_;
-  const Trainer* trainer_ = nullptr;
+  const TrainingRun* run_ = nullptr;
   std::future<CheckpointInfo> pending_;
   int64_t last_saved_step_ = -1;
   struct Resume {  // where the search for a checkpoint to resume from is
@@ -117,5 +123,8 @@ class CheckpointPolicy : public Policy {
   std::chrono::steady_clock::time_point last_save_time_;
   std::function<void(const std::string&, int64_t)> stage_observer_;
 };
+
+/// Adds `checkpointing` to `trainer` as a policy and as its resume source.
+void add_checkpointing(Trainer& trainer, std::shared_ptr<CheckpointPolicy> checkpointing);
 
 }  // namespace frugal

@@ -1,8 +1,10 @@
 #pragma once
 // What one micro-step looks like to the policies that hook into it. The Trainer fills it in
-// as it goes through the numbered steps of Trainer::train_micro_step; policies read it and may
-// change the two decisions it carries: whether this micro-step ends with an optimizer step
-// (`boundary`, set before the forward pass) and whether that optimizer step is cancelled.
+// as it goes through the numbered steps of Trainer::train_micro_step. Policies read it, publish
+// facts on it for each other (the precision in effect, the gradient norm), and take decisions:
+// whether this micro-step ends with an optimizer step (`boundary`, set before the forward pass),
+// whether that step is cancelled, a rollback, and standing decisions the Trainer keeps from step
+// to step (the learning-rate factor, a precision to switch to).
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "frugal/base/communicator.hpp"
+#include "frugal/base/precision.hpp"
 #include "frugal/base/snapshot.hpp"
 #include "frugal/base/trainer_state.hpp"
 #include "frugal/data/batch.hpp"
@@ -37,6 +40,53 @@ class StepContext {
   }
   /// This micro-batch is the last of its epoch.
   bool last_in_epoch() const { return last_in_epoch_; }
+  /// The first micro-step of an epoch, or of the rest of one after a resume.
+  bool first_in_epoch() const { return first_in_epoch_; }
+  void set_first_in_epoch(bool first) { first_in_epoch_ = first; }
+  /// The micro-batch changed since the previous micro-step: halved after running out of memory,
+  /// or set so by a resumed checkpoint (gradient accumulation keeps the effective batch).
+  struct MicroBatchChange {
+    int64_t from = 0, to = 0;
+  };
+  const std::optional<MicroBatchChange>& micro_batch_change() const { return micro_batch_change_; }
+  void set_micro_batch_change(std::optional<MicroBatchChange> change) { micro_batch_change_ = change; }
+
+  // -- Facts policies publish for each other ---------------------------------------------
+  /// The precision this step's forward pass runs in (published by mixed precision in
+  /// on_step_begin); unset without a precision policy, which means fp32.
+  const std::optional<Precision>& precision() const { return precision_; }
+  void set_precision(Precision precision) { precision_ = precision; }
+  /// The whole model's gradient norm at this boundary, when a policy computed it (clipping by
+  /// norm, in clip_gradients); undefined otherwise. A 0-dim tensor on the device.
+  const torch::Tensor& gradient_norm() const { return gradient_norm_; }
+  void set_gradient_norm(torch::Tensor norm) { gradient_norm_ = std::move(norm); }
+
+  // -- Standing decisions: kept by the Trainer from step to step, across rollbacks, and in
+  // snapshots, until changed ------------------------------------------------------------------
+  struct Standing {
+    /// Multiplies the learning rate: the Trainer sets each group's rate to base x schedule x
+    /// this after every optimizer step and on resume. Equal on every rank.
+    double lr_factor = 1.0;
+    /// A precision the run continues in from the next step on, and why (the recovery ladder).
+    std::optional<Precision> precision;
+    std::string precision_reason;
+  };
+  const Standing& standing() const { return standing_; }
+  void set_standing(Standing standing) { standing_ = std::move(standing); }
+  /// The learning-rate multiplier from the next optimizer step on (the recovery ladder lowers it).
+  void set_lr_factor(double factor) { standing_.lr_factor = factor; }
+  /// Asks the precision policy to continue in `precision` from the next step on (also after a
+  /// rollback restores its older state).
+  void request_precision(Precision precision, std::string reason) {
+    standing_.precision = precision;
+    standing_.precision_reason = std::move(reason);
+  }
+
+  /// Out of memory in this accumulation window does not end the run: every rank drops the
+  /// window and runs it again with half the micro-batch. Set in on_step_begin by the policy that
+  /// keeps the effective batch when the micro-batch changes (gradient accumulation).
+  void retry_window_on_out_of_memory() { retry_window_on_oom_ = true; }
+  bool retries_window_on_out_of_memory() const { return retry_window_on_oom_; }
 
   /// Whether this micro-step ends with gradient reduction and an optimizer step. True unless a
   /// policy (gradient accumulation) clears it in on_step_begin.
@@ -100,6 +150,12 @@ class StepContext {
   torch::nn::Module& module_;
   torch::optim::Optimizer& optimizer_;
   bool last_in_epoch_;
+  bool first_in_epoch_ = false;
+  std::optional<MicroBatchChange> micro_batch_change_;
+  std::optional<Precision> precision_;
+  torch::Tensor gradient_norm_;
+  Standing standing_;
+  bool retry_window_on_oom_ = false;
   bool boundary_ = true;
   torch::Tensor loss_;
   torch::Tensor step_loss_sum_;

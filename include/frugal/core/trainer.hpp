@@ -1,7 +1,8 @@
 #pragma once
 // The Trainer runs the training loop over any LibTorch module. Its step sequence lives in one
 // function, train_micro_step(), written as numbered steps; every efficiency feature is a
-// Policy hooked into that sequence (see policy.hpp for the hook order).
+// Policy hooked into that sequence (see policy.hpp for the hook order). Policies see it as a
+// TrainingRun; services are handed to it: a resume source and replication.
 //
 //   frugal::Trainer trainer(model, [](torch::nn::Module& m) {
 //     return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(1e-3));
@@ -24,6 +25,8 @@
 #include "frugal/core/metrics_log.hpp"
 #include "frugal/core/model.hpp"
 #include "frugal/core/policy.hpp"
+#include "frugal/core/resume_source.hpp"
+#include "frugal/core/training_run.hpp"
 #include "frugal/core/trainer_options.hpp"
 #include "frugal/base/trainer_state.hpp"
 #include "frugal/data/data_loader.hpp"
@@ -31,14 +34,11 @@
 namespace frugal {
 
 namespace detail {
+class LossWindow;
 class NonFiniteWatch;
 class OomSafetyNet;
 class StepLine;
 }
-
-/// Builds the optimizer over a module that already sits on the training device. A factory
-/// (not an optimizer) so that copies of the model (smoke test) get optimizers of their own.
-using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(torch::nn::Module&)>;
 
 struct FitResult {
   TrainerState state;            // counters at the end of the fit
@@ -47,101 +47,111 @@ struct FitResult {
   double samples_per_second = 0.0;  // of all ranks together
 };
 
-class Trainer {
+/// What data parallelism hands the Trainer (add_data_parallel does it for DataParallelPolicy).
+struct Replication {
+  /// This process's ranks: the Trainer reads this rank's share of the data, averages logged and
+  /// validation figures across ranks, writes logs and metrics on rank 0 only, and takes every
+  /// stop decision on all ranks alike.
+  std::shared_ptr<Communicator> communicator;
+  /// The sharded optimizer state, or null: attached to the optimizer now (before any state
+  /// exists); snapshots and restores go through it.
+  std::shared_ptr<OptimizerShards> optimizer_shards;
+  /// Gradient storage held besides the parameters' .grad (buckets), for memory reports.
+  std::function<std::vector<torch::Tensor>()> held_gradients;
+};
+
+class Trainer : public TrainingRun {
  public:
   Trainer(Model model, OptimizerFactory make_optimizer, std::shared_ptr<const Dataset> train_data,
           TrainerOptions options = {}, DataLoaderOptions data_options = {});
-  ~Trainer();
+  ~Trainer() override;
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
   void set_validation_data(std::shared_ptr<const Dataset> data);
   void set_lr_schedule(LrSchedule schedule);
-  /// Policies run in the order added within each hook point. Names must be unique. A policy with
-  /// a communicator (data parallelism) makes this process read its rank's share of the data.
+  /// Policies run in the order added within each hook point. Names must be unique.
   void add_policy(std::shared_ptr<Policy> policy);
+  /// Where fit() continues from (checkpoints); at most one, before the fit.
+  void set_resume_source(std::shared_ptr<ResumeSource> source);
+  /// Trains as one of several replicas (see Replication); at most once, before the fit.
+  void replicate(Replication replication);
 
   /// Changes the training micro-batch size; only before the fit starts (automatic batch size).
   void set_batch_size(int64_t batch_size);
-  /// Fraction of the whole run done (0..1), by micro-steps of max_epochs and by max_steps.
-  double progress() const;
-  /// Samples per second of the whole job (all ranks) over the latest log window; set before the
-  /// policies' collect_metrics, so their figures share its window.
-  double samples_per_s() const { return last_window_samples_per_s_; }
+  double progress() const override;
+  double samples_per_s() const override;
 
   /// Trains until max_epochs, max_steps or a policy's stop; returns the final counters.
   FitResult fit();
   /// Runs the validation set once and returns its metrics (weighted mean over batches).
   Metrics validate();
 
-  /// A host-memory copy of everything needed to continue exactly (see TrainingSnapshot).
-  TrainingSnapshot snapshot() const;
+  TrainingSnapshot snapshot() const override;
   /// Continues from `snapshot`: weights, optimizer, counters, data position, policies, RNG.
   /// Throws TrainingError naming what does not fit (a parameter's shape, the world size).
   void restore(const TrainingSnapshot& snapshot);
 
-  const TrainerState& state() const { return state_; }
-  const TrainerOptions& options() const { return options_; }
-  const DataLoaderOptions& data_options() const { return train_loader_.options(); }
-  const Model& model() const { return model_; }
-  const OptimizerFactory& optimizer_factory() const { return make_optimizer_; }
-  const Dataset& train_data() const { return train_loader_.dataset(); }
-  /// The validation data, or null when there is none.
-  const Dataset* validation_data() const { return validation_loader_ ? &validation_loader_->dataset() : nullptr; }
-  torch::Device device() const { return device_; }
-  /// The optimizer the factory built; with a sharded optimizer (a policy's optimizer_shards) it
-  /// updates this rank's pieces of the parameters.
+  // The run as policies see it (see TrainingRun).
+  const TrainerState& state() const override { return state_; }
+  const TrainerOptions& options() const override { return options_; }
+  const DataLoaderOptions& data_options() const override { return train_loader_.options(); }
+  const Model& model() const override { return model_; }
+  const OptimizerFactory& optimizer_factory() const override { return make_optimizer_; }
+  const Dataset& train_data() const override { return train_loader_.dataset(); }
+  const Dataset* validation_data() const override { return validation_loader_ ? &validation_loader_->dataset() : nullptr; }
+  torch::Device device() const override { return device_; }
+  Communicator& communicator() const override { return *communicator_; }
+  const std::shared_ptr<OptimizerShards>& optimizer_shards() const override { return shards_; }
+  std::vector<torch::Tensor> held_gradients() const override;
+  int64_t batches_per_epoch() const override { return train_loader_.batches_per_epoch(); }
+  DataPosition data_position() const override { return train_loader_.position(); }
+  void record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const override;
+  void check_finite(const std::string& at, bool weights) const override;
+  std::string last_checkpoint_text() const override;
+
+  /// The optimizer the factory built; with a sharded optimizer (Replication::optimizer_shards)
+  /// it updates this rank's pieces of the parameters.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  /// The shards of a sharded optimizer, or nullptr.
-  const std::shared_ptr<OptimizerShards>& optimizer_shards() const { return shards_; }
   const std::vector<std::shared_ptr<Policy>>& policies() const { return policies_; }
-  /// Optimizer-step boundaries per epoch without accumulation: batches of this rank's share.
-  int64_t batches_per_epoch() const { return train_loader_.batches_per_epoch(); }
-  /// Where the training data is read next (this rank's batches).
-  DataPosition data_position() const { return train_loader_.position(); }
-
-  /// Writes a metrics record (metrics.jsonl and TensorBoard) on rank 0; a no-op elsewhere and
-  /// without a run directory. For policies' events: budget alerts, profiles, epoch costs.
-  void record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const;
-
-  /// Throws NonFiniteError, on every rank, when any rank has seen a non-finite training loss (see
-  /// TrainerOptions::stop_on_nonfinite_loss) or, with `weights`, holds a non-finite weight; a
-  /// no-op with that option off. A collective: every rank calls it at the same point. `at` says
-  /// where the run stops ("the checkpoint of step 40, not written").
-  void check_finite(const std::string& at, bool weights) const;
-
-  /// "the last good checkpoint is <dir>" or that there is none, for errors that end a run.
-  std::string last_checkpoint_text() const;
-
-  /// The replicas this process trains with (a single-process no-op unless a policy brought one).
-  Communicator& communicator() const { return *communicator_; }
-  int64_t rank() const;
-  int64_t world_size() const;
 
  private:
   void train_epoch();
   /// The step sequence: forward, loss, backward and, on a boundary, reduction, unscaling,
-  /// clipping, the optimizer step and the LR schedule.
-  void train_micro_step(const Batch& batch, bool last_in_epoch);
-  /// "epoch E, batch B of N (dataset examples ...), targets lo..hi": where an error happened.
-  std::string describe_batch(const Batch& batch) const;
-  /// Steps 2-4 of the sequence: forward and loss under the policies' scopes, the loss
-  /// transforms (`transformed` once they all ran), backward.
-  void forward_backward(StepContext& ctx, const Batch& batch, bool& transformed);
-  /// The model's weights and the optimizer's state from a snapshot, sharded or not.
-  void restore_weights_and_optimizer(const TrainingSnapshot& snapshot);
+  /// clipping, the optimizer step and the LR schedule (trainer.cpp).
+  void train_micro_step(const Batch& batch, bool last_in_epoch, bool first_in_epoch);
+  /// Steps 2-4: forward and loss under the policies' scopes, the loss transforms, backward (with
+  /// the out-of-memory safety net around them), then the step's summed loss.
+  void forward_backward(StepContext& ctx, const Batch& batch);
+  void forward_loss_backward(StepContext& ctx, const Batch& batch, bool& transformed);
+  /// Step 9: the optimizer step unless cancelled, the standing decisions, the LR schedule.
+  void optimizer_step(const StepContext& ctx);
+  /// Step 10 before the policies: counters, the loss window, the log line, validation, max_steps.
+  void bookkeeping(const StepContext& ctx, int64_t samples);
   void apply_lr_schedule();
-  /// The micro-batch from now on, and the policies told (accumulation keeps the effective batch).
-  void change_micro_batch(int64_t new_size);
-  /// After a window in which some rank ran out of memory: drop it, halve the micro-batch, rewind.
-  void halve_after_oom();
+  void maybe_stop();
+  bool stopping() const { return state_.stop_reason.has_value(); }
+
+  // Going back (trainer_rewind.cpp).
+  /// Before the first step: the resume source's newest snapshot that restores on every rank.
+  void resume();
+  /// After step 5: whether some rank could not finish this window; if so it is dropped on every
+  /// rank and run again with half the micro-batch.
+  bool window_dropped();
   /// Back to a snapshot a policy asked for, reading on from where it said.
   void roll_back(const StepContext::Rollback& rollback);
+  /// The micro-batch from now on; the next step's context says it changed.
+  void change_micro_batch(int64_t new_size);
+  /// The model's weights and the optimizer's state from a snapshot, sharded or not (trainer_snapshot.cpp).
+  void restore_weights_and_optimizer(const TrainingSnapshot& snapshot);
+
+  // What the run reports (trainer_report.cpp).
+  /// The log line and metrics record of the window since the last one.
   void log_training();
-  void maybe_stop();
+  /// "epoch E, batch B of N (dataset examples ...), targets lo..hi": where an error happened.
+  std::string describe_batch(const Batch& batch) const;
   /// Sums `values` across ranks (one collective); a no-op alone.
   std::vector<double> sum_across_ranks(std::vector<double> values) const;
-  bool stopping() const { return state_.stop_reason.has_value(); }
 
   Model model_;
   OptimizerFactory make_optimizer_;
@@ -152,32 +162,23 @@ class Trainer {
   std::vector<double> base_lrs_;
   LrSchedule lr_schedule_;
   std::vector<std::shared_ptr<Policy>> policies_;
+  std::shared_ptr<ResumeSource> resume_source_;
   std::shared_ptr<Communicator> communicator_;
   std::shared_ptr<OptimizerShards> shards_;
+  std::function<std::vector<torch::Tensor>()> held_gradients_;
   torch::Device device_;
   TrainerState state_;
   mutable MetricsLog metrics_log_;  // output only: recording an event does not change training
   int64_t validated_at_step_ = -1;  // so an epoch end does not repeat a validation just run
 
-  std::unique_ptr<detail::OomSafetyNet> oom_net_;  // options_.halve_batch_on_oom
+  std::unique_ptr<detail::LossWindow> loss_window_;  // each step's summed loss and the log window
+  std::unique_ptr<detail::OomSafetyNet> oom_net_;  // armed by StepContext::retry_window_on_out_of_memory
   std::unique_ptr<detail::NonFiniteWatch> nonfinite_;  // options_.stop_on_nonfinite_loss
   std::unique_ptr<detail::StepLine> step_line_;  // the log line, figures said when they change
-
-  // Loss summed on the device since the last log line: read back only when logging, so the
-  // loop never waits for the GPU between steps.
-  torch::Tensor window_loss_sum_;
-  int64_t window_micro_steps_ = 0;
-  // The current optimizer step's losses, added to the window at its boundary (unless discarded).
-  torch::Tensor step_loss_sum_;
-  int64_t step_micro_steps_ = 0;
-  double lr_factor_ = 1.0;  // the policies' product, as last applied
-  int64_t window_samples_ = 0;
-  int64_t batch_in_epoch_ = -1;  // the loader's index of the batch in training, for error messages
-  std::chrono::steady_clock::time_point window_start_;
-  double window_data_wait_start_ = 0.0;  // the loader's wait_seconds() when the window began
-  double window_reduce_seconds_ = 0.0;   // host time in gradient reduction (communication)
-  double last_window_loss_ = 0.0;
-  double last_window_samples_per_s_ = 0.0;
+  StepContext::Standing standing_;  // policies' standing decisions (learning-rate factor, precision)
+  double applied_lr_factor_ = 1.0;  // standing_.lr_factor as last applied
+  std::optional<StepContext::MicroBatchChange> micro_batch_change_;  // told to the next step
+  DataPosition batch_position_;  // where the batch in training was read from (error messages, the OOM net)
 };
 
 /// Resolves "auto", "cpu", "cuda", "cuda:N"; throws OptionError naming the value.

@@ -24,10 +24,6 @@ struct TrainerOptions {
   TORCH_ARG(std::string, device) = "auto";
   /// Holds config.toml, metrics.jsonl and train.log; "" = write nothing.
   TORCH_ARG(std::string, run_dir) = "runs/default";
-  /// On an out-of-memory error in a step: every rank drops the accumulation window, halves the
-  /// micro-batch, doubles the accumulation steps and runs the window again (needs a
-  /// GradientAccumulationPolicy; add_policies adds one).
-  TORCH_ARG(bool, halve_batch_on_oom) = false;
   /// Also write every metrics record as TensorBoard scalars under <run_dir>/tensorboard.
   TORCH_ARG(bool, tensorboard) = true;
   /// During fit(), keep freed CPU tensor blocks for reuse instead of handing them back to the

@@ -26,7 +26,7 @@ int64_t storage_bytes(const std::vector<torch::Tensor>& tensors);
 class MemoryReportPolicy : public Policy {
  public:
   std::string name() const override { return "memory_report"; }
-  void on_fit_begin(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
   void before_optimizer_step(StepContext& ctx) override;
   void on_after_optimizer_step(StepContext& ctx) override;
   void collect_metrics(Metrics& metrics) override;
@@ -36,7 +36,7 @@ class MemoryReportPolicy : public Policy {
 
  private:
   bool due(const TrainerState& state) const;
-  const Trainer* trainer_ = nullptr;
+  const TrainingRun* run_ = nullptr;
   MemoryFootprint footprint_;
   bool logged_ = false;
   bool measuring_ = false;

@@ -22,8 +22,8 @@ class CpuThreadsPolicy : public Policy {
   /// threads >= 1: the training thread's pool during the fit; 0: automatic.
   explicit CpuThreadsPolicy(int64_t threads = 0);
   std::string name() const override { return "cpu_threads"; }
-  void on_fit_begin(const Trainer& trainer) override;
-  void on_fit_end(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
+  void on_fit_end(const TrainingRun& run) override;
 
   /// The automatic size: on CUDA with workers, `cores` less what the workers use (at least 1);
   /// otherwise `cores`.

@@ -17,7 +17,7 @@
 // the clipping norm and the fp16 overflow check are reduced over the ranks (StepContext).
 //
 //   auto comm = frugal::connect(frugal::detect_world(frugal::process_environment()));
-//   trainer.add_policy(std::make_shared<frugal::DataParallelPolicy>(comm));
+//   frugal::add_data_parallel(trainer, std::make_shared<frugal::DataParallelPolicy>(comm));
 //   trainer.fit();   // launched with: torchrun --nproc-per-node=8 --no-python ./train
 
 #include <torch/arg.h>
@@ -27,6 +27,7 @@
 
 #include "frugal/base/enum_names.hpp"
 #include "frugal/core/policy.hpp"
+#include "frugal/core/trainer.hpp"
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
 
@@ -70,13 +71,12 @@ class DataParallelPolicy : public Policy {
   explicit DataParallelPolicy(std::shared_ptr<Communicator> communicator, DataParallelOptions options = {});
   ~DataParallelPolicy() override;
   std::string name() const override { return "data_parallel"; }
-  std::shared_ptr<Communicator> communicator() const override { return communicator_; }
+  /// What the Trainer replicates with: the communicator, the optimizer shards (with sharding)
+  /// and the buckets' gradient storage.
+  Replication replication() const;
 
-  std::shared_ptr<OptimizerShards> optimizer_shards() const override { return shards_; }
-  std::vector<torch::Tensor> held_gradients() const override;
-
-  void on_fit_begin(const Trainer& trainer) override;
-  void on_fit_end(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
+  void on_fit_end(const TrainingRun& run) override;
   torch::Tensor transform_loss(StepContext& ctx, torch::Tensor loss) override;
   void reduce_gradients(StepContext& ctx) override;
   void on_after_optimizer_step(StepContext& ctx) override;
@@ -87,7 +87,7 @@ class DataParallelPolicy : public Policy {
 
  private:
   int64_t cap_bytes() const;
-  void check_replicas_agree(const Trainer& trainer) const;
+  void check_replicas_agree(const TrainingRun& run) const;
   void sync_buffers(torch::nn::Module& module);
 
   std::shared_ptr<Communicator> communicator_;
@@ -95,5 +95,9 @@ class DataParallelPolicy : public Policy {
   std::shared_ptr<OptimizerShards> shards_;  // with sharding
   std::unique_ptr<detail::GradientBuckets> buckets_;
 };
+
+/// Adds `data_parallel` to `trainer` as a policy and hands the Trainer its replication: this
+/// process then reads its rank's share of the data.
+void add_data_parallel(Trainer& trainer, std::shared_ptr<DataParallelPolicy> data_parallel);
 
 }  // namespace frugal

@@ -24,6 +24,9 @@ struct GradientAccumulationOptions {
   TORCH_ARG(int64_t, steps) = 1;
   /// If > 0: derive `steps` so that steps x micro-batch x replicas equals this (must divide).
   TORCH_ARG(int64_t, effective_batch_size) = 0;
+  /// On an out-of-memory error in a step (trainer.halve_batch_on_oom): every rank drops the
+  /// window, halves the micro-batch, doubles the steps and runs the window again.
+  TORCH_ARG(bool, halve_batch_on_oom) = false;
 
  public:  // TORCH_ARG leaves the struct in private:
   void validate() const;
@@ -34,8 +37,7 @@ class GradientAccumulationPolicy : public Policy {
   explicit GradientAccumulationPolicy(GradientAccumulationOptions options = {});
   std::string name() const override { return "gradient_accumulation"; }
 
-  void on_fit_begin(const Trainer& trainer) override;
-  void on_epoch_begin(const TrainerState& state) override;
+  void on_fit_begin(const TrainingRun& run) override;
   void on_step_begin(StepContext& ctx) override;
   torch::Tensor transform_loss(StepContext& ctx, torch::Tensor loss) override;
   void save_state(StateDict& state) const override;
@@ -43,10 +45,13 @@ class GradientAccumulationPolicy : public Policy {
 
   /// Micro-batches per optimizer step in effect.
   int64_t steps() const { return steps_; }
-  void on_micro_batch_changed(const Trainer& trainer, int64_t old_size, int64_t new_size) override;
 
  private:
+  /// The micro-batch changed (halved, or so restored): the same effective batch from now on.
+  void keep_effective_batch(int64_t old_size, int64_t new_size);
+
   GradientAccumulationOptions options_;
+  int64_t replicas_ = 1;
   int64_t steps_;
   int64_t in_window_ = 0;  // micro-batches of the current window already run
 };

@@ -44,7 +44,10 @@ class MixedPrecisionPolicy : public Policy {
   explicit MixedPrecisionPolicy(MixedPrecisionOptions options = {});
   std::string name() const override { return "mixed_precision"; }
 
-  void on_fit_begin(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
+  /// Switches to a precision the run asked for (StepContext::request_precision) and publishes
+  /// the one in effect (StepContext::precision).
+  void on_step_begin(StepContext& ctx) override;
   std::unique_ptr<ForwardGuard> forward_guard(const TrainerState& state, Phase phase) override;
   torch::Tensor transform_loss(StepContext& ctx, torch::Tensor loss) override;
   void unscale_gradients(StepContext& ctx) override;
@@ -55,10 +58,7 @@ class MixedPrecisionPolicy : public Policy {
 
   /// The precision in effect now (differs from options().mode() after a fallback).
   Precision precision() const { return precision_; }
-  /// The next safer precision than the one in effect: fp16 -> bf16 (where supported, else fp32),
-  /// bf16 -> fp32; none at fp32. Valid once the fit has begun.
-  std::optional<Precision> safer_precision() const;
-  /// Continues in `precision` from the next forward pass on (the recovery ladder's rung 4).
+  /// Continues in `precision` from the next forward pass on (bf16 where unsupported: fp32).
   void switch_to(Precision precision, const std::string& reason);
   const GradScaler& scaler() const { return scaler_; }
   int64_t overflow_steps() const { return overflow_steps_; }

@@ -14,6 +14,9 @@
 //      ends with a TrainingError that reports every decision.
 // A rung that cannot act (no precision left to switch to) hands over to the next; with no
 // rollback left (max_rollbacks) the ladder stops the run. Decisions use only figures that are equal on every rank, so every rank takes the same.
+// It reads the gradient norm and the precision from StepContext (published by clipping and mixed
+// precision) and acts through it: a cancelled step, a rollback, a standing learning-rate factor
+// and precision request.
 // The ladder's state and the skipped data positions are saved in checkpoints. fp16 steps whose
 // gradients overflow are the loss scaler's to handle and never reach the ladder.
 //
@@ -31,9 +34,6 @@
 #include "frugal/core/policy.hpp"
 
 namespace frugal {
-
-class GradientClippingPolicy;
-class MixedPrecisionPolicy;
 
 struct RecoveryOptions {
   /// Clean steps whose losses make the running median.
@@ -81,13 +81,12 @@ class RecoveryPolicy : public Policy {
   ~RecoveryPolicy() override;
   std::string name() const override { return "recovery"; }
 
-  void on_fit_begin(const Trainer& trainer) override;
-  void on_fit_end(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
+  void on_fit_end(const TrainingRun& run) override;
   void on_step_begin(StepContext& ctx) override;
   void before_optimizer_step(StepContext& ctx) override;
   void on_step_end(StepContext& ctx) override;
   std::optional<std::string> should_stop(const TrainerState& state) override;
-  double lr_factor(const TrainerState& state) const override;
   void collect_metrics(Metrics& metrics) override;
   void save_state(StateDict& state) const override;
   void load_state(const StateDict& state) override;
@@ -107,13 +106,14 @@ class RecoveryPolicy : public Policy {
   /// Climbs the ladder for the anomaly `why` at this step and acts; returns what it did.
   std::string climb(StepContext& ctx, const std::string& why);
   bool roll_back(StepContext& ctx, std::string& did);
-  bool switch_precision(std::string& did);
+  bool switch_precision(StepContext& ctx, std::string& did);
+  /// The learning-rate multiplier the ladder holds now (rung 3 lowers it for lr_window steps).
+  double lr_factor() const;
   void remember(const std::string& decision, double loss, double norm);
 
   RecoveryOptions options_;
-  const Trainer* trainer_ = nullptr;
-  MixedPrecisionPolicy* precision_policy_ = nullptr;
-  GradientClippingPolicy* clipping_policy_ = nullptr;  // its norm, when it clips by norm
+  const TrainingRun* run_ = nullptr;
+  bool bf16_supported_ = true;  // on the training device
   std::unique_ptr<Snapshots> snapshots_;
 
   // The ladder (saved in checkpoints). Step counts are the ladder's own, never rolled back.

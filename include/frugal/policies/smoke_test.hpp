@@ -66,17 +66,17 @@ class SmokeTestFailed : public Error {
   SmokeTestReport report_;
 };
 
-class Trainer;
+class TrainingRun;
 
-/// Runs the smoke test on a CPU copy of `trainer`'s model with its optimizer factory and data.
-SmokeTestReport run_smoke_test(const Trainer& trainer, const SmokeTestOptions& options);
+/// Runs the smoke test on a CPU copy of the run's model with its optimizer factory and data.
+SmokeTestReport run_smoke_test(const TrainingRun& run, const SmokeTestOptions& options);
 
 /// Runs the smoke test in on_fit_begin; in fail mode a failure throws SmokeTestFailed.
 class SmokeTestPolicy : public Policy {
  public:
   explicit SmokeTestPolicy(SmokeTestOptions options = {});
   std::string name() const override { return "smoke_test"; }
-  void on_fit_begin(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
   /// The report of the last run, if one ran.
   const SmokeTestReport& last_report() const { return report_; }
   bool ran() const { return ran_; }

@@ -44,8 +44,8 @@ class CostPolicy : public Policy {
   explicit CostPolicy(CostOptions options, std::function<double()> clock = {});
   std::string name() const override { return "cost"; }
 
-  void on_fit_begin(const Trainer& trainer) override;
-  void on_epoch_begin(const TrainerState& state) override;
+  void on_fit_begin(const TrainingRun& run) override;
+  void on_step_begin(StepContext& ctx) override;
   void on_epoch_end(const TrainerState& state) override;
   std::optional<std::string> should_stop(const TrainerState& state) override;
   void collect_metrics(Metrics& metrics) override;
@@ -67,7 +67,7 @@ class CostPolicy : public Policy {
   CostOptions options_;
   std::vector<double> fractions_;
   std::function<double()> clock_;
-  const Trainer* trainer_ = nullptr;
+  const TrainingRun* run_ = nullptr;
   double devices_ = 1.0;
   double earlier_seconds_ = 0.0;  // restored from a checkpoint
   double fit_start_ = 0.0;

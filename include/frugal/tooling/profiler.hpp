@@ -64,9 +64,8 @@ class ProfilerPolicy : public Policy {
   explicit ProfilerPolicy(ProfilerOptions options = {});
   ~ProfilerPolicy() override;
   std::string name() const override { return "profiler"; }
-  void on_fit_begin(const Trainer& trainer) override;
-  void on_fit_end(const Trainer& trainer) override;
-  void on_epoch_begin(const TrainerState& state) override;
+  void on_fit_begin(const TrainingRun& run) override;
+  void on_fit_end(const TrainingRun& run) override;
   void on_step_begin(StepContext& ctx) override;
   void on_step_end(StepContext& ctx) override;
 
@@ -80,7 +79,7 @@ class ProfilerPolicy : public Policy {
   void finish(const TrainerState& state);
 
   ProfilerOptions options_;
-  const Trainer* trainer_ = nullptr;
+  const TrainingRun* run_ = nullptr;
   bool participating_ = false;  // this rank profiles
   std::filesystem::path dir_;
   bool due_ = false;            // a capture starts at the next micro-step

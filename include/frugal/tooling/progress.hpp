@@ -34,9 +34,9 @@ class ProgressPolicy : public Policy {
  public:
   explicit ProgressPolicy(ProgressOptions options = {});
   std::string name() const override { return "progress"; }
-  void on_fit_begin(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
   void on_step_end(StepContext& ctx) override;
-  void on_fit_end(const Trainer& trainer) override;
+  void on_fit_end(const TrainingRun& run) override;
   /// The latest progress text.
   const std::string& line() const { return line_; }
 
@@ -44,7 +44,7 @@ class ProgressPolicy : public Policy {
   std::string describe(StepContext& ctx, double seconds_since_last) const;
 
   ProgressOptions options_;
-  const Trainer* trainer_ = nullptr;
+  const TrainingRun* run_ = nullptr;
   bool active_ = false;
   bool terminal_ = false;
   double progress_at_start_ = 0.0;

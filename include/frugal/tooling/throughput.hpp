@@ -51,14 +51,14 @@ class ThroughputPolicy : public Policy {
   explicit ThroughputPolicy(ThroughputOptions options = {});
   ~ThroughputPolicy() override;
   std::string name() const override { return "throughput"; }
-  void on_fit_begin(const Trainer& trainer) override;
+  void on_fit_begin(const TrainingRun& run) override;
   void collect_metrics(Metrics& metrics) override;
   /// The peak used for MFU, TFLOP/s per device (0 when unknown: MFU is then not logged).
   double peak_tflops() const { return peak_tflops_; }
 
  private:
   ThroughputOptions options_;
-  const Trainer* trainer_ = nullptr;
+  const TrainingRun* run_ = nullptr;
   torch::Device device_ = torch::kCPU;
   double peak_tflops_ = 0.0;
   std::unique_ptr<detail::NvmlDevice> nvml_;  // null without NVML

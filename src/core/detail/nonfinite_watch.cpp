@@ -13,7 +13,7 @@ constexpr size_t kReadEvery = 1024;
 }  // namespace
 
 void NonFiniteWatch::end_step(int64_t step, bool cancelled, torch::Tensor step_loss) {
-  if (!step_loss.defined() || cancelled || found_) return;
+  if (!enabled_ || !step_loss.defined() || cancelled || found_) return;
   pending_.emplace_back(step, std::move(step_loss));
   if (pending_.size() >= kReadEvery) first();
 }

@@ -21,6 +21,9 @@ class NonFiniteWatch {
     double loss = 0.0;  // the step's loss summed over its micro-steps: nan or ±inf
   };
 
+  /// Off (trainer.stop_on_nonfinite_loss=false), it keeps nothing and finds nothing.
+  explicit NonFiniteWatch(bool enabled) : enabled_(enabled) {}
+  bool enabled() const { return enabled_; }
   /// Ends optimizer step `step`: its loss (the fp32 sum over its micro-steps, not changed after
   /// this) is kept for the next read unless the step was cancelled.
   void end_step(int64_t step, bool cancelled, torch::Tensor step_loss);
@@ -28,6 +31,7 @@ class NonFiniteWatch {
   std::optional<Finding> first();
 
  private:
+  bool enabled_;
   std::vector<std::pair<int64_t, torch::Tensor>> pending_;  // (step, loss) not read yet
   std::optional<Finding> found_;
 };

@@ -29,7 +29,7 @@ void OomSafetyNet::stand_in(StepContext& ctx, const std::vector<std::shared_ptr<
 }
 
 bool OomSafetyNet::window_failed(Communicator& communicator) {
-  if (!enabled_) return false;
+  if (!start_) return false;  // not armed on any rank (the same policies everywhere)
   const bool failed = communicator.world_size() > 1 ? communicator.any(skipping_) : skipping_;
   if (!failed) start_.reset();
   return failed;

@@ -1,5 +1,6 @@
 #pragma once
-// The out-of-memory safety net (TrainerOptions::halve_batch_on_oom) as the step sequence sees it:
+// The out-of-memory safety net (StepContext::retry_window_on_out_of_memory, which gradient
+// accumulation with halve_batch_on_oom asks for) as the step sequence sees it:
 // where the current accumulation window began, whether this rank ran out of memory in it, and the
 // stand-in part a rank that did must still play at the boundary, so that every rank runs the same
 // collectives. The Trainer asks it one question at the boundary: did any rank fail this window?
@@ -8,10 +9,12 @@
 #include <c10/util/Exception.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "core/detail/loss_window.hpp"
 #include "frugal/core/policy.hpp"
 #include "frugal/data/data_loader.hpp"
 
@@ -24,17 +27,19 @@ namespace frugal::detail {
 /// The Trainer's counters where a window began, to rewind to.
 struct WindowStart {
   DataPosition position;
-  int64_t micro_step = 0, samples_seen = 0, window_micro_steps = 0, window_samples = 0;
-  torch::Tensor window_loss_sum;
+  int64_t micro_step = 0, samples_seen = 0;
+  LossWindow::Mark log_window;
 };
 
 class OomSafetyNet {
  public:
-  explicit OomSafetyNet(bool enabled) : enabled_(enabled) {}
-  bool enabled() const { return enabled_; }
-  /// True when a window begins and its start must be marked.
-  bool needs_mark() const { return enabled_ && !start_; }
-  void mark(WindowStart start) { start_ = std::move(start); }
+  /// Armed for this window: its start is marked (a policy asked for retries in its first step).
+  bool armed() const { return start_.has_value(); }
+  /// After the policies' on_step_begin: marks where the window began when a policy asked for
+  /// retries (`start` is called only then).
+  void begin_micro_step(const StepContext& ctx, const std::function<WindowStart()>& start) {
+    if (ctx.retries_window_on_out_of_memory() && !start_) start_ = start();
+  }
 
   /// The forward or backward pass ran out of memory: the rest of this rank's window is skipped.
   void out_of_memory(const c10::OutOfMemoryError& e, int64_t batch_size, int64_t step);
@@ -50,7 +55,6 @@ class OomSafetyNet {
   WindowStart rewind();
 
  private:
-  bool enabled_;
   std::optional<WindowStart> start_;
   bool skipping_ = false;
 };
