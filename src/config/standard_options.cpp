@@ -33,9 +33,10 @@ void bind(Config& config, StandardOptions& o) {
               "Stop with an error on a NaN/inf training loss; never checkpoint non-finite weights");
   config.bind("trainer.halve_batch_on_oom", o.accumulation.halve_batch_on_oom(),  // the accumulation policy's switch
               "Out of memory in a step: halve the micro-batch, double accumulation, go on");
-  config.bind("trainer.cpu_threads", t.cpu_threads(),
+  config.bind("trainer.cpu_threads", o.cpu_threads,  // CpuThreadsPolicy's
               "Intra-op threads of the training thread during the fit; 0 = automatic (on CUDA: the cores the loader workers leave)");
   config.add_check("trainer", [&t] { t.validate(); });
+  config.add_check("trainer", [&o] { CpuThreadsPolicy::check(o.cpu_threads); });
 
   DataLoaderOptions& d = o.data;
   config.bind("data.batch_size", d.batch_size(), "Examples per (micro-)batch");
@@ -270,8 +271,8 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   }
   // After the smoke test, which keeps every core; only where it changes something (set, or a GPU
   // run with loader workers).
-  if (options.trainer.cpu_threads() > 0 || (trainer.device().is_cuda() && trainer.data_options().num_workers() > 0)) {
-    trainer.add_policy(std::make_shared<CpuThreadsPolicy>(options.trainer.cpu_threads()));
+  if (options.cpu_threads > 0 || (trainer.device().is_cuda() && trainer.data_options().num_workers() > 0)) {
+    trainer.add_policy(std::make_shared<CpuThreadsPolicy>(options.cpu_threads));
   }
   // After the smoke test: a rank whose smoke test fails exits before the first collective, and
   // the others then fail promptly instead of training without it.

@@ -7,9 +7,6 @@
 namespace frugal {
 
 void TrainerOptions::validate() const {
-  if (cpu_threads() < 0) {
-    throw OptionError("cpu_threads", c10::str("cpu_threads must be >= 0 (0 = automatic), got ", cpu_threads()));
-  }
   if (max_epochs() < 1) throw OptionError("max_epochs", c10::str("max_epochs must be >= 1, got ", max_epochs()));
   if (max_steps() < -1 || max_steps() == 0) {
     throw OptionError("max_steps", c10::str("max_steps must be >= 1 or -1 (no limit), got ", max_steps()));

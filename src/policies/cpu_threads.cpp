@@ -11,7 +11,9 @@
 
 namespace frugal {
 
-CpuThreadsPolicy::CpuThreadsPolicy(int64_t threads) : threads_(threads) {
+CpuThreadsPolicy::CpuThreadsPolicy(int64_t threads) : threads_(threads) { check(threads); }
+
+void CpuThreadsPolicy::check(int64_t threads) {
   if (threads < 0) throw OptionError("cpu_threads", c10::str("cpu_threads must be >= 0 (0 = automatic), got ", threads));
 }
 

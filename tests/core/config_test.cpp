@@ -195,6 +195,7 @@ TEST_CASE("add_policies switches on exactly the policies the options ask for", "
   add_policies(sized, threads.options);
   REQUIRE(sized.policies().size() == 1);
   CHECK(sized.policies().front()->name() == "cpu_threads");
+  CHECK_THAT(error_of({"--trainer.cpu_threads=-1"}, {}), Catch::Contains("trainer.cpu_threads") && Catch::Contains("must be >= 0"));
 }
 
 TEST_CASE("the tooling keys switch on cost, profiler and the budget's checkpoint", "[core][config]") {

@@ -42,5 +42,5 @@ TEST_CASE("trainer.cpu_threads sizes the training thread's pool for the fit and 
   CHECK(CpuThreadsPolicy::automatic(true, DataLoaderOptions().num_workers(0), 16) == 16);
   CHECK(CpuThreadsPolicy::automatic(false, workers, 16) == 16);
   CHECK_THROWS_WITH(CpuThreadsPolicy(-2), Catch::Contains("cpu_threads must be >= 0"));
-  CHECK_THROWS_WITH(TrainerOptions().cpu_threads(-1).validate(), Catch::Contains("cpu_threads must be >= 0"));
+  CHECK_THROWS_WITH(CpuThreadsPolicy::check(-1), Catch::Contains("cpu_threads must be >= 0"));
 }

@@ -36,6 +36,7 @@ class Trainer;
 
 struct StandardOptions {
   TrainerOptions trainer;      // [trainer]
+  int64_t cpu_threads = 0;     // [trainer] cpu_threads: CpuThreadsPolicy's pool during the fit; 0 = automatic
   DataLoaderOptions data;      // [data]
   ShardedDatasetOptions shards;  // [data] keys of programs that read tar shards
   SmokeTestOptions smoke_test; // [smoke_test]

@@ -1,6 +1,7 @@
 #pragma once
-// The Trainer's own options: how long to train, when to validate and log, where, on what.
-// Feature switches live in the options of their policies, not here.
+// The Trainer's own options: how long to train, when to validate and log, where, on what, and
+// the switches of its own components (TensorBoard, the CPU memory cache, the non-finite watch).
+// Policies' switches live in the options of their policies, not here.
 
 #include <torch/arg.h>
 
@@ -33,10 +34,6 @@ struct TrainerOptions {
   /// with NonFiniteError at the next log line, checkpoint or the fit's end, and no checkpoint is
   /// written from non-finite weights. Off: training goes on, as LibTorch alone would.
   TORCH_ARG(bool, stop_on_nonfinite_loss) = true;
-  /// ATen intra-op threads of the training thread during the fit (after the CPU smoke test);
-  /// 0 = automatic: on CUDA with loader workers, the cores they leave; else unchanged
-  /// (CpuThreadsPolicy, which add_policies adds).
-  TORCH_ARG(int64_t, cpu_threads) = 0;
 
  public:  // TORCH_ARG leaves the struct in private:
   /// Throws OptionError naming the bad field and value.

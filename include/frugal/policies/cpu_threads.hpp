@@ -21,6 +21,8 @@ class CpuThreadsPolicy : public Policy {
  public:
   /// threads >= 1: the training thread's pool during the fit; 0: automatic.
   explicit CpuThreadsPolicy(int64_t threads = 0);
+  /// OptionError naming cpu_threads unless threads >= 0.
+  static void check(int64_t threads);
   std::string name() const override { return "cpu_threads"; }
   void on_fit_begin(const TrainingRun& run) override;
   void on_fit_end(const TrainingRun& run) override;
