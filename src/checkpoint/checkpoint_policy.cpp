@@ -161,6 +161,12 @@ void CheckpointPolicy::skipped(const CheckpointInfo& candidate, const std::strin
 }
 
 void CheckpointPolicy::on_fit_begin(const TrainingRun& run) {
+  // The Trainer asks its resume source before this hook; added with add_policy alone, the run
+  // would write checkpoints and never resume from them.
+  if (!resume_) {
+    throw OptionError("checkpoint", "CheckpointPolicy was added without being the Trainer's resume source: "
+                                    "add it with add_checkpointing(trainer, policy)");
+  }
   run_ = &run;
   resume_.reset();  // a later fit searches afresh
   store_ = CheckpointStore(checkpoint_dir(options_, run));

@@ -39,6 +39,11 @@ DataParallelPolicy::~DataParallelPolicy() = default;
 int64_t DataParallelPolicy::bucket_count() const { return buckets_ ? buckets_->size() : 0; }
 
 void DataParallelPolicy::on_fit_begin(const TrainingRun& run) {
+  // Added with add_policy alone, the Trainer would train on all the data as one process.
+  if (&run.communicator() != communicator_.get()) {
+    throw OptionError("data_parallel", "DataParallelPolicy was added without handing the Trainer its ranks: "
+                                       "add it with add_data_parallel(trainer, policy)");
+  }
   if (communicator_->rank() != 0 && !options_.log_all_ranks() && log::level() < log::Level::warn) {
     log::set_level(log::Level::warn);
   }
@@ -57,7 +62,7 @@ void DataParallelPolicy::on_fit_begin(const TrainingRun& run) {
     if (p.requires_grad()) trained.push_back(p);
   }
   if (shards_ && !shards_->attached()) {
-    throw TrainingError("DataParallelPolicy: sharding needs the Trainer to attach the shards (add the policy with Trainer::add_policy)");
+    throw TrainingError("DataParallelPolicy: sharding needs the Trainer to attach the shards (add the policy with add_data_parallel)");
   }
   const detail::BucketReduction reduction = options_.shard() == ShardMode::gradients ? detail::BucketReduction::scattered
                                             : options_.shard() == ShardMode::optimizer ? detail::BucketReduction::in_buckets

@@ -189,3 +189,12 @@ TEST_CASE("checkpoint.resume=false starts over even where checkpoints exist", "[
   CHECK(result.state.step == 2);  // from 0, not from the checkpoint of step 6
   CHECK(CheckpointStore(root / "checkpoints").find_latest_valid()->info.step == 6);  // the newer one is still there
 }
+
+TEST_CASE("a checkpoint policy that is not the resume source is refused before training", "[checkpoint][resume]") {
+  Seeded seeded;
+  Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(16),
+                  TrainerOptions().device("cpu").run_dir(scratch_dir("not_the_source").string()), DataLoaderOptions().batch_size(8));
+  trainer.add_policy(std::make_shared<CheckpointPolicy>());  // writes, but nothing would resume from it
+  CHECK_THROWS_WITH(trainer.fit(), Catch::Contains("add_checkpointing(trainer, policy)"));
+  CHECK(trainer.state().step == 0);
+}

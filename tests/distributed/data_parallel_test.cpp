@@ -134,6 +134,15 @@ TEST_CASE("replication hands the Trainer a communicator: it reads its rank's sha
                     Catch::Contains("num_replicas is 4 but the world has 2 ranks"));
 }
 
+TEST_CASE("a data-parallel policy whose ranks the Trainer was not handed is refused before training", "[distributed][trainer]") {
+  Seeded seeded;
+  Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu").run_dir(""),
+                  DataLoaderOptions().batch_size(8));
+  trainer.add_policy(std::make_shared<DataParallelPolicy>(std::make_shared<TwinCommunicator>()));  // not add_data_parallel
+  CHECK_THROWS_WITH(trainer.fit(), Catch::Contains("add_data_parallel(trainer, policy)"));
+  CHECK(trainer.state().step == 0);
+}
+
 TEST_CASE("DataParallelPolicy options are checked", "[distributed]") {
   CHECK_THROWS_WITH(DataParallelPolicy(nullptr), Catch::Contains("communicator is null"));
   CHECK_THROWS_WITH(DataParallelPolicy(std::make_shared<SingleProcessCommunicator>(), DataParallelOptions().bucket_cap_mb(0)),
