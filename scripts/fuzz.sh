@@ -24,16 +24,17 @@ declare -A sources=(
   [squad]="src/text/squad.cpp src/text/wordpiece.cpp src/data/converters.cpp"
   [wordpiece]="src/text/wordpiece.cpp"
   [config]="src/config/config.cpp src/config/command_line.cpp"
+  [s3_xml]="src/remote/s3_xml.cpp"
   [sweep]="tools/frugal_sweep/cell_metrics.cpp tools/frugal_sweep/grid.cpp tools/frugal_sweep/job_queue.cpp tools/frugal_sweep/process_pool.cpp tools/frugal_sweep/report.cpp tools/frugal_sweep/run_record.cpp"
 )
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(checkpoint tar_shard jpeg npy safetensors squad wordpiece config sweep)
+[ ${#targets[@]} -gt 0 ] || targets=(checkpoint tar_shard jpeg npy safetensors squad wordpiece config sweep s3_xml)
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-sanitize=vptr
        -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -Isrc -Itools -Itests/fuzz -Ithird_party/tomlplusplus/include -isystem "$torch/include"
        -isystem "$torch/include/torch/csrc/api/include" -isystem /usr/local/cuda/include)
 libs=(build/src/libfrugal.a -Wl,--no-as-needed -L"$torch/lib" -ltorch -ltorch_cpu -lc10 -ltorch_cuda -lc10_cuda
-      -Wl,-rpath,"$torch/lib" -L/usr/local/cuda/lib64 -lcudart -Wl,--as-needed -larchive -lturbojpeg -ljpeg -lutf8proc -lz -lpthread -ldl)
+      -Wl,-rpath,"$torch/lib" -L/usr/local/cuda/lib64 -lcudart -Wl,--as-needed -larchive -lpugixml -lturbojpeg -ljpeg -lutf8proc -lz -lpthread -ldl)
 cxx=clang++-14
 command -v ccache > /dev/null && cxx="ccache clang++-14"
 seed=()

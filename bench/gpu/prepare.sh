@@ -2,7 +2,8 @@
 # Run HERE, before the GPU check. The GPU machine has no network and none of our Debian packages, but
 # the same torch (2.11.0+cu130) as our venv, so:
 # - build/gpu-deps/: the Debian packages Frugal builds and runs against: header-only libraries, zlib,
-#   and the data pipeline's shared libraries (libarchive with what it links, libjpeg-turbo), which
+#   the data pipeline's shared libraries (libarchive with what it links, libjpeg-turbo) and pugixml
+#   (remote checkpoints; libcurl and libcrypto are opened at run time, only by runs that use them), which
 #   run.sh unpacks and puts on LD_LIBRARY_PATH; and libnvjpeg from the venv's nvidia-nvjpeg wheel;
 # - build/gpu-bin/: the GPU check's programs built here in Release (bench/gpu/targets.txt), stripped,
 #   so the check spends its device time running rather than compiling (run.sh builds there when
@@ -16,7 +17,8 @@ mkdir -p build/gpu-deps
   apt-get download libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2 \
     zlib1g-dev zlib1g libgloo-dev \
     libarchive-dev libarchive13 libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libxxhash-dev libutf8proc-dev libutf8proc2 \
-    libacl1 libbz2-1.0 liblz4-1 liblzma5 libnettle8 libxml2 libicu72 libzstd1 > /dev/null
+    libacl1 libbz2-1.0 liblz4-1 liblzma5 libnettle8 libxml2 libicu72 libzstd1 \
+    libpugixml-dev libpugixml1v5 > /dev/null  # pugixml: remote checkpoints' XML (libcurl and libcrypto are opened only when used)
 )
 # libnvjpeg from the nvidia-nvjpeg wheel (GPU JPEG decoding), in case the machine's torch lacks it.
 venv_nvjpeg=$("${FRUGAL_VENV:-$HOME/.cache/frugal/venv}/bin/python" -c \

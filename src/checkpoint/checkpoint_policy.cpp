@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <csignal>
 #include <functional>
 #include <set>
@@ -16,12 +17,26 @@
 #include "frugal/base/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/log.hpp"
+#include "frugal/remote/checkpoint_uploader.hpp"
 
 namespace frugal {
 
 namespace fs = std::filesystem;
 
 constexpr const char* kPreemptedMarker = "PREEMPTED";
+
+struct CheckpointPolicy::Remote {
+  std::shared_ptr<RemoteCheckpoints> store;
+  /// Rank 0's (it uploads unsharded checkpoints and commits); with a sharded optimizer every
+  /// rank has one for its own shard files.
+  std::unique_ptr<CheckpointUploader> uploader;
+  int64_t newest_at_start = -1;            // the newest committed remote step when the fit began
+  std::atomic<int64_t> last_submitted{-1};  // unsharded: the newest checkpoint handed to the uploader
+  std::optional<int64_t> sharded_step;      // sharded: the newest checkpoint being uploaded by every rank
+  int64_t last_commit_submitted = -1;       // sharded, rank 0: the newest commit handed to the uploader
+  /// Sharded: this rank's staged files of `step` go up; the commit waits for every rank's.
+  void submit_shard_upload(int64_t step, std::vector<std::string> files);
+};
 
 void CheckpointOptions::validate() const {
   if (every_n_steps() < 0) throw OptionError("every_n_steps", c10::str("every_n_steps must be >= 0, got ", every_n_steps()));
@@ -35,6 +50,19 @@ void CheckpointOptions::validate() const {
   }
   if (archive_after_days() < 0) {
     throw OptionError("archive_after_days", c10::str("archive_after_days must be >= 0, got ", archive_after_days()));
+  }
+  if (!remote().empty()) S3Location::parse(remote(), "remote");
+  if (remote_addressing() != "auto" && remote_addressing() != "path" && remote_addressing() != "virtual") {
+    throw OptionError("remote_addressing", "remote_addressing must be auto, path or virtual, got '" + remote_addressing() + "'");
+  }
+  if (!(remote_deadline_seconds() > 0)) {
+    throw OptionError("remote_deadline_seconds", c10::str("remote_deadline_seconds must be > 0, got ", remote_deadline_seconds()));
+  }
+  if (remote_part_mb() < 5 || remote_part_mb() > 5120) {
+    throw OptionError("remote_part_mb", c10::str("remote_part_mb must be 5..5120 (S3's part sizes), got ", remote_part_mb()));
+  }
+  if (remote_parallel_parts() < 1 || remote_parallel_parts() > 64) {
+    throw OptionError("remote_parallel_parts", c10::str("remote_parallel_parts must be 1..64, got ", remote_parallel_parts()));
   }
 }
 
@@ -82,6 +110,12 @@ std::function<bool(const std::string&)> files_read_by(const CheckpointStore& sto
   return [needed](const std::string& name) { return name.rfind("shard-", 0) != 0 || needed.count(name) > 0; };
 }
 
+std::string checkpoint_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt-%09lld", static_cast<long long>(step));
+  return name;
+}
+
 fs::path checkpoint_dir(const CheckpointOptions& options, const TrainingRun& run) {
   if (!options.dir().empty()) return options.dir();
   if (run.options().run_dir().empty()) {
@@ -95,9 +129,26 @@ std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trai
   if (!resume_) {  // the first call: the candidates, newest first
     store_ = CheckpointStore(checkpoint_dir(options_, run));
     resume_.emplace();
+    if (!options_.remote().empty()) open_remote(run);
     if (!options_.resume()) return nullptr;
     // Every rank resumes from the same checkpoint (a shared file system); only the writer tidies.
     if (run.rank() == 0) store_.remove_unfinished();
+    if (remote_) {  // a newer remote checkpoint is downloaded into the directory, then found there
+      std::vector<std::string> skipped;
+      std::string error;
+      if (run.rank() == 0) {
+        try {
+          skipped = fetch_newer_remote();
+        } catch (const std::exception& e) {
+          error = message_of(e);
+        }
+      }
+      // Every rank learns the outcome (one collective), so that none waits alone for the others.
+      const auto outcome = max_across_ranks(run, {error.empty() ? 0 : 1, skipped.empty() ? 0 : 1});
+      if (outcome[0] != 0) throw CheckpointError(error.empty() ? std::string("rank 0 could not fetch the remote checkpoint (see its log)") : error);
+      if (outcome[1] != 0 && skipped.empty()) skipped.push_back("a remote checkpoint failed its check (see rank 0's log)");
+      for (const auto& reason : skipped) resume_->failures.push_back(reason);
+    }
     const auto all = store_.list();
     resume_->candidates.assign(all.rbegin(), all.rend());
     if (const auto pointer = store_.latest_name(); pointer && !store_.latest()) {
@@ -126,6 +177,10 @@ std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trai
     }
     log::info(c10::str("resuming from ", candidate.dir.string()));
     last_saved_step_ = candidate.step;
+    // A local checkpoint the store lacks (the upload was cut off) goes up now.
+    if (remote_ && remote_->uploader && run.rank() == 0 && !store_.sharding_of(candidate) && candidate.step > remote_->newest_at_start) {
+      submit_upload(candidate);
+    }
     return snapshot;
   }
   // Nothing left to resume from. Damaged checkpoints mean a run was here: a silent fresh start
@@ -217,6 +272,7 @@ void CheckpointPolicy::save(const TrainerState& state) {
   last_save_time_ = std::chrono::steady_clock::now();
   auto job = [this, snapshot, write_options] {
     CheckpointInfo info = store_.write(*snapshot, write_options);
+    submit_upload(info);  // before retention may delete the folder
     apply_retention();
     log::info(c10::str("checkpoint written: ", info.dir.string()));
     return info;
@@ -284,6 +340,18 @@ void CheckpointPolicy::finish_sharded(bool block) {
       }
     }
   }
+  // Each rank's files go to the store from links taken now: rank 0 renames the folder next.
+  const int64_t step = write.snapshot->state.step;
+  std::vector<std::string> to_upload;
+  if (remote_ && remote_->uploader && error.empty()) {
+    for (const auto& f : files) to_upload.push_back(f.name);
+    try {
+      remote_->uploader->stage(store_.root() / c10::str(checkpoint_name(step), ".tmp"), step, to_upload);
+    } catch (const std::exception& e) {
+      log::warn(c10::str("the shard files of step ", step, " cannot be staged for upload: ", e.what(), " (they stay local)"));
+      to_upload.clear();
+    }
+  }
   table = max_across_ranks(*run_, table);
   const std::shared_ptr<TrainingSnapshot> snapshot = write.snapshot;
   shard_write_.reset();
@@ -292,7 +360,10 @@ void CheckpointPolicy::finish_sharded(bool block) {
                                                    ": another rank failed to write its shard (see its log); the previous checkpoint is kept")
                                         : error);
   }
-  if (rank != 0) return;
+  if (rank != 0) {
+    if (remote_) remote_->submit_shard_upload(step, std::move(to_upload));
+    return;
+  }
   std::vector<FileRecord> records;
   for (const auto& f : files) {
     if (f.name.rfind("shard-", 0) != 0) records.push_back(f);  // rank 0's common files
@@ -305,6 +376,11 @@ void CheckpointPolicy::finish_sharded(bool block) {
     }
   }
   const CheckpointInfo info = store_.finish_sharded(*snapshot, records, write_options(snapshot->state.step));
+  if (remote_ && !to_upload.empty()) {  // rank 0 also sends meta.json, and keeps the manifest for the commit
+    remote_->uploader->stage(info.dir, step, {"meta.json", "manifest.json"});
+    to_upload.push_back("meta.json");
+  }
+  if (remote_) remote_->submit_shard_upload(step, std::move(to_upload));
   apply_retention();
   log::info(c10::str("checkpoint written: ", info.dir.string(), " (", world, " shards)"));
 }
@@ -313,6 +389,7 @@ void CheckpointPolicy::on_step_end(StepContext& ctx) {
   surface_errors();
   if (!ctx.boundary()) return;
   finish_sharded(/*block=*/false);
+  advance_remote_commit(/*block=*/false, {});
   const TrainerState& s = ctx.state();
   const bool by_steps = options_.every_n_steps() > 0 && s.step % options_.every_n_steps() == 0;
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time_).count() / 60.0;
@@ -347,21 +424,39 @@ std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& sta
   // A signal may reach the ranks at different steps: when any rank has one, all save and stop.
   const bool any_signal = run_->world_size() > 1 ? run_->communicator().any(signal != 0) : signal != 0;
   if (!any_signal) return std::nullopt;
+  const auto notice = std::chrono::steady_clock::now();
   save(state);
   wait();  // the process may be killed soon after: the checkpoint must be on disk first
   preemption::clear();
   const char* by = signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a signal to another rank";
-  write_preempted_marker(state.step, by);
+  const std::string remote_failure = wait_remote_commit(notice);
+  write_preempted_marker(state.step, by, remote_failure);
+  const auto latest = store_.latest();
+  if (!remote_failure.empty()) {
+    throw CheckpointError(c10::str("pre-empted by ", by, ": the checkpoint of step ", state.step, " is only local (",
+                                   latest ? latest->string() : store_.root().string(), "), not committed to ", options_.remote(), ": ",
+                                   remote_failure, ". A fresh machine would resume from an older remote checkpoint."));
+  }
+  if (remote_) {
+    return c10::str("pre-empted by ", by, ": checkpoint of step ", state.step, " written and committed to ",
+                    remote_->store->url_of(latest ? latest->filename().string() : std::string()), ", the next start resumes from it");
+  }
   return c10::str("pre-empted by ", by, ": checkpoint of step ", state.step,
                   " written, the next start resumes from it");
 }
 
-void CheckpointPolicy::write_preempted_marker(int64_t step, const char* by) const {
+void CheckpointPolicy::write_preempted_marker(int64_t step, const char* by, const std::string& remote_failure) const {
   if (run_->rank() != 0 || run_->options().run_dir().empty()) return;
   const fs::path marker = fs::path(run_->options().run_dir()) / kPreemptedMarker;
   const auto latest = store_.latest();
-  const nlohmann::json j{{"preempted", true}, {"step", step}, {"by", by}, {"checkpoint", latest ? latest->string() : ""},
-                         {"resume", "start the same command again: it resumes from the checkpoint"}};
+  nlohmann::json j{{"preempted", true}, {"step", step}, {"by", by}, {"checkpoint", latest ? latest->string() : ""},
+                   {"resume", "start the same command again: it resumes from the checkpoint"}};
+  if (remote_) {
+    j["remote_checkpoint"] = remote_failure.empty() && latest ? remote_->store->url_of(latest->filename().string()) : "";
+    j["remote_committed"] = remote_failure.empty();
+    if (!remote_failure.empty()) j["remote_error"] = remote_failure;
+    j["resume"] = "start the same command again, on this machine or a fresh one: it resumes from the newest committed checkpoint";
+  }
   try {
     detail::write_file_synced(marker.string() + ".tmp", j.dump(1) + "\n");
     fs::rename(marker.string() + ".tmp", marker);
@@ -379,6 +474,142 @@ std::optional<std::string> CheckpointPolicy::last_checkpoint() const {
 void CheckpointPolicy::on_fit_end(const TrainingRun& run) {
   if (options_.at_end()) save(run.state());
   wait();
+  const std::string remote_failure = wait_remote_commit(std::chrono::steady_clock::now());
+  if (!remote_failure.empty()) {
+    const auto latest = store_.latest();
+    throw CheckpointError(c10::str("the final checkpoint (", latest ? latest->string() : store_.root().string(), ") is only local: it was not committed to ",
+                                   options_.remote(), ": ", remote_failure));
+  }
+}
+
+S3ClientOptions CheckpointPolicy::remote_client_options() const {
+  S3ClientOptions o;
+  o.endpoint = options_.remote_endpoint();
+  o.region = options_.remote_region();
+  o.addressing = options_.remote_addressing();
+  o.part_bytes = static_cast<uint64_t>(options_.remote_part_mb()) << 20;
+  o.parallel_parts = static_cast<int>(options_.remote_parallel_parts());
+  return o;
+}
+
+void CheckpointPolicy::open_remote(const TrainingRun& run) {
+  remote_.reset();
+  auto store = std::make_shared<RemoteCheckpoints>(S3Location::parse(options_.remote(), "checkpoint.remote"), remote_client_options());
+  try {
+    store->client().check_access();
+  } catch (const RemoteStorageError& e) {
+    throw CheckpointError(c10::str("checkpoint.remote = ", options_.remote(), " cannot be used: ", e.what()));
+  }
+  auto remote = std::make_unique<Remote>();
+  remote->store = store;
+  if (run.rank() == 0) {  // the writer tidies: a kill's unfinished uploads go
+    store->remove_unfinished();
+    const auto committed = store->committed();
+    if (!committed.empty()) remote->newest_at_start = committed.back().step;
+  }
+  // Rank 0 uploads and commits; with a sharded optimizer every rank uploads its own shards.
+  if (run.rank() == 0 || run.optimizer_shards()) {
+    RemoteRetention retention{options_.keep_last(), options_.keep_best(), options_.monitor(), options_.monitor_mode()};
+    const fs::path staging = store_.root() / ".uploads" / c10::str("rank-", run.rank());
+    remote->uploader = std::make_unique<CheckpointUploader>(store, staging, retention);
+    if (upload_observer_) remote->uploader->set_stage_observer(upload_observer_);
+  }
+  remote_ = std::move(remote);
+}
+
+std::vector<std::string> CheckpointPolicy::fetch_newer_remote() {
+  std::vector<std::string> skipped;
+  int64_t local_newest = -1;
+  if (const auto found = store_.find_latest_valid()) local_newest = found->info.step;
+  RemoteCheckpoints& remote = *remote_->store;
+  std::vector<RemoteCheckpoint> committed;
+  try {
+    committed = remote.committed();
+  } catch (const std::exception& e) {
+    throw CheckpointError(c10::str("cannot list the remote checkpoints in ", options_.remote(), ": ", message_of(e)));
+  }
+  for (auto it = committed.rbegin(); it != committed.rend() && it->step > local_newest; ++it) {
+    const fs::path target = store_.root() / (it->name + ".tmp");
+    std::error_code ignored;
+    fs::remove_all(target, ignored);
+    std::string reason;
+    try {
+      reason = remote.download(it->name, target);
+      if (reason.empty()) reason = store_.verify(target);
+    } catch (const std::exception& e) {
+      reason = message_of(e);
+    }
+    if (!reason.empty()) {
+      fs::remove_all(target, ignored);
+      const std::string where = remote.url_of(it->name);
+      log::warn("remote checkpoint skipped: " + where + ": " + reason);
+      skipped.push_back(where + ": " + reason);
+      continue;
+    }
+    const fs::path final_dir = store_.root() / it->name;
+    if (fs::exists(final_dir)) store_.move_aside(final_dir);  // a local copy of that step that failed its check
+    fs::rename(target, final_dir);
+    detail::fsync_directory(store_.root());
+    log::info("downloaded the remote checkpoint " + remote.url_of(it->name) + " to " + final_dir.string());
+    break;
+  }
+  return skipped;
+}
+
+void CheckpointPolicy::Remote::submit_shard_upload(int64_t step, std::vector<std::string> files) {
+  if (!uploader) return;
+  // A rank whose files could not be staged submits nothing: the commit then finds its upload
+  // missing on that rank, and the checkpoint stays local.
+  if (!files.empty()) uploader->submit(step, std::move(files), /*commit=*/false);
+  sharded_step = step;
+}
+
+void CheckpointPolicy::submit_upload(const CheckpointInfo& info) {
+  if (!remote_ || !remote_->uploader) return;
+  remote_->uploader->submit(info.dir, info.step);
+  remote_->last_submitted = info.step;
+}
+
+std::string CheckpointPolicy::advance_remote_commit(bool block, std::chrono::steady_clock::time_point deadline) {
+  if (!remote_ || !remote_->sharded_step) return "";
+  const int64_t step = *remote_->sharded_step;
+  CheckpointUploader& uploader = *remote_->uploader;
+  std::string mine;
+  if (block) {
+    mine = uploader.wait_uploaded(step, deadline);
+  } else {
+    const auto progress = uploader.upload_progress(step);
+    // Some rank still uploading: ask again at the next step.
+    if (run_->communicator().any(progress == CheckpointUploader::Progress::pending)) return "";
+    if (progress == CheckpointUploader::Progress::failed) mine = "its upload failed or a newer checkpoint replaced it";
+  }
+  remote_->sharded_step.reset();
+  if (run_->communicator().any(!mine.empty())) {
+    const std::string why = mine.empty() ? "another rank could not upload its shard files (see its log)" : mine;
+    log::warn(c10::str("the sharded checkpoint of step ", step, " is not committed remotely: ", why));
+    return why;
+  }
+  if (run_->rank() == 0) {  // every rank's files are in the store: the manifest commits them
+    uploader.submit(step, {}, /*commit=*/true);
+    remote_->last_commit_submitted = step;
+  }
+  return "";
+}
+
+std::string CheckpointPolicy::wait_remote_commit(std::chrono::steady_clock::time_point since) {
+  if (!remote_) return "";
+  const auto deadline = since + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(options_.remote_deadline_seconds()));
+  std::string why = advance_remote_commit(/*block=*/true, deadline);
+  const int64_t step = run_->optimizer_shards() ? remote_->last_commit_submitted : remote_->last_submitted.load();
+  if (why.empty() && run_->rank() == 0 && remote_->uploader && step >= 0) {
+    log::info(c10::str("waiting for the checkpoint of step ", step, " to be committed to ", options_.remote(), " (at most ",
+                       options_.remote_deadline_seconds(), " s from ", run_->optimizer_shards() ? "now" : "the request", ")"));
+    why = remote_->uploader->wait_committed(step, deadline);
+  }
+  const bool failed = run_->world_size() > 1 ? run_->communicator().any(!why.empty()) : !why.empty();
+  if (failed && why.empty()) why = "rank 0 could not commit it (see its log)";
+  return why;
 }
 
 void CheckpointPolicy::apply_retention() const {

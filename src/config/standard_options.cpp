@@ -111,6 +111,18 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("checkpoint.async", k.async(), "Write in a background thread");
   config.bind("checkpoint.resume", k.resume(), "Resume from the newest valid checkpoint");
   config.bind("checkpoint.on_signal", k.on_signal(), "On SIGTERM/SIGUSR1: checkpoint and exit 0");
+  config.bind("checkpoint.remote", k.remote(),
+              "s3://bucket/prefix: also commit checkpoints to object storage and resume from there (turns checkpoints on)");
+  config.bind("checkpoint.remote_endpoint", k.remote_endpoint(),
+              "S3 endpoint scheme://host[:port]; \"\" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS");
+  config.bind("checkpoint.remote_region", k.remote_region(), "Signing region; \"\" = AWS_REGION, AWS_DEFAULT_REGION, us-east-1");
+  config.bind("checkpoint.remote_addressing", k.remote_addressing(), "Bucket in the path or in the host name (auto: path with an endpoint)",
+              {"auto", "path", "virtual"});
+  config.bind("checkpoint.remote_deadline_seconds", k.remote_deadline_seconds(),
+              "On SIGTERM and at the end: how long to wait for the remote commit");
+  config.bind("checkpoint.remote_part_mb", k.remote_part_mb(), "Multipart upload part size in MiB");
+  config.bind("checkpoint.remote_parallel_parts", k.remote_parallel_parts(), "Parts uploaded at once");
+  config.add_environment_alias("FRUGAL_CHECKPOINT_REMOTE", "checkpoint.remote");
   config.add_check("checkpoint", [&k] { k.validate(); });
 
   config.bind("early_stopping.enabled", o.early_stopping_enabled, "Stop when a validation metric stagnates");
@@ -312,7 +324,7 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   if (options.profiler.enabled()) trainer.add_policy(std::make_shared<ProfilerPolicy>(options.profiler));
   if (options.progress_enabled) trainer.add_policy(std::make_shared<ProgressPolicy>(options.progress));
   if (options.early_stopping_enabled) trainer.add_policy(std::make_shared<EarlyStoppingPolicy>(options.early_stopping));
-  if (options.checkpoint_enabled) {
+  if (options.checkpoint_enabled || !options.checkpoint.remote().empty()) {
     add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
   } else if (options.cost.hard_budget() > 0) {
     // A budget stop must be resumable: only the final checkpoint, in the default place.

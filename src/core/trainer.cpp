@@ -169,6 +169,10 @@ FitResult Trainer::fit() {
   struct ClearFailureContext {
     ~ClearFailureContext() { set_failure_context({}); }
   } clear_failure_context;
+  // A run resumed from a checkpoint taken at max_steps (its final one) has nothing left to train.
+  if (options_.max_steps() > 0 && state_.step >= options_.max_steps() && !stopping()) {
+    state_.stop_reason = c10::str("reached max_steps=", options_.max_steps());
+  }
   try {
     while (!stopping() && state_.epoch < options_.max_epochs()) {
       train_epoch();

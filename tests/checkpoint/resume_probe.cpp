@@ -3,12 +3,21 @@
 // 3 steps. tests/checkpoint/kill_resume_test.sh kills it at chosen points and restarts it.
 //
 //   resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N |
-//                                  term-twice-at-step N | usr1-at-step N]
+//                                  term-twice-at-step N | usr1-at-step N |
+//                                  kill-at-upload-stage STAGE STEP | pause-at-step N | pause-then-term-at-step N]
+// With PROBE_REMOTE=s3://bucket/prefix the checkpoints also go to object storage
+// (tests/remote/remote_resume_test.sh): PROBE_PAD_MB adds a buffer of that many MiB to the model,
+// so that state.pt is a multipart upload; kill-at-upload-stage kills the process at that stage of
+// the first upload of a checkpoint at or after STEP; pause-* wait at step N for RUN_DIR/.go
+// (announcing RUN_DIR/.paused), so that the test can stop or freeze the server meanwhile.
 #include <torch/torch.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 #include "frugal/frugal.hpp"
 #include "support/fixtures.hpp"
@@ -27,6 +36,23 @@ struct DropNetImpl : torch::nn::Cloneable<DropNetImpl> {
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(DropNet);
+
+// At `step`: RUN_DIR/.paused appears, and the step waits for RUN_DIR/.go (then raises `signal`, if any).
+struct PauseAtStep : frugal::Policy {
+  PauseAtStep(int64_t step, std::string run_dir, int signal) : step_(step), run_dir_(std::move(run_dir)), signal_(signal) {}
+  std::string name() const override { return "pause_at_step"; }
+  void on_step_end(frugal::StepContext& ctx) override {
+    if (!ctx.boundary() || ctx.state().step != step_ || fired_) return;
+    fired_ = true;
+    std::ofstream(run_dir_ + "/.paused") << step_;
+    while (!std::filesystem::exists(run_dir_ + "/.go")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (signal_ != 0) std::raise(signal_);
+  }
+  int64_t step_;
+  std::string run_dir_;
+  int signal_;
+  bool fired_ = false;
+};
 
 struct SignalAtStep : frugal::Policy {
   SignalAtStep(int64_t step, int signal) : step_(step), signal_(signal) {}
@@ -61,6 +87,10 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   torch::manual_seed(42);
   DropNet net;
+  const char* remote = std::getenv("PROBE_REMOTE");
+  if (const char* pad = std::getenv("PROBE_PAD_MB")) {  // saved with the weights, never trained
+    net->register_buffer("pad", torch::zeros({std::atoll(pad) * (int64_t{1} << 18)}));
+  }
   frugal::Model model(net.ptr(), frugal::LossFn<DropNetImpl>([](DropNetImpl& n, const frugal::Batch& b) {
     return torch::cross_entropy_loss(n.forward(b.input), b.target);
   }));
@@ -74,7 +104,25 @@ int main(int argc, char** argv) {
       frugal::MixedPrecisionOptions().mode(frugal::Precision::fp16).autocast(false).scaler(
           frugal::GradScalerOptions().growth_interval(4))));
   trainer.add_policy(inject_overflow(*net));
-  auto checkpoint = std::make_shared<frugal::CheckpointPolicy>(frugal::CheckpointOptions().every_n_steps(3).keep_last(2));
+  auto checkpoint_options = frugal::CheckpointOptions().every_n_steps(3).keep_last(2);
+  if (remote != nullptr) {
+    checkpoint_options.remote(remote).remote_part_mb(5);
+    if (const char* deadline = std::getenv("PROBE_REMOTE_DEADLINE")) checkpoint_options.remote_deadline_seconds(std::atof(deadline));
+  }
+  auto checkpoint = std::make_shared<frugal::CheckpointPolicy>(checkpoint_options);
+  if (mode == "kill-at-upload-stage" && argc > 5) {
+    const std::string stage = argv[4];
+    const int64_t step = std::stoll(argv[5]);
+    checkpoint->set_upload_stage_observer([stage, step](const std::string& s, int64_t at) {
+      if (s == stage && at >= step) {
+        std::cerr << "killing at upload stage " << stage << " of step " << at << std::endl;
+        std::raise(SIGKILL);
+      }
+    });
+  }
+  if ((mode == "pause-at-step" || mode == "pause-then-term-at-step") && argc > 4) {
+    trainer.add_policy(std::make_shared<PauseAtStep>(std::stoll(argv[4]), run_dir, mode == "pause-at-step" ? 0 : SIGTERM));
+  }
   if (mode == "kill-at-stage" && argc > 5) {
     const std::string stage = argv[4];
     const int64_t step = std::stoll(argv[5]);
@@ -94,7 +142,14 @@ int main(int argc, char** argv) {
     });
   }
   frugal::add_checkpointing(trainer, checkpoint);
-  auto result = trainer.fit();
+  std::optional<decltype(trainer.fit())> fitted;
+  try {
+    fitted.emplace(trainer.fit());
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  auto& result = *fitted;
   std::cout << "steps " << result.state.step << " skipped " << result.state.skipped_steps << " stop: "
             << result.state.stop_reason.value_or("-") << "\n";
   if (result.state.stop_reason && result.state.stop_reason->find("pre-empted") != std::string::npos) return 0;

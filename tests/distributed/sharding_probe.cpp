@@ -7,7 +7,7 @@
 //           norm clipping, fp16 loss scaling whose loss overflows on rank 1 at step 3, and
 //           accumulation over 2 micro-batches; the per-rank optimizer state (and, sharding the
 //           gradients, the gradients) about 1/N of the unsharded run's
-//   train   checkpoints every 3 steps in dir=..., shard=off|optimizer|gradients, batch=B per rank;
+//   train   checkpoints every 3 steps in dir=... (and remote=s3://... if given), shard=off|optimizer|gradients, batch=B per rank;
 //           rank 0 writes the final parameters to out=FILE (one number a line)
 #include <torch/torch.h>
 
@@ -100,7 +100,10 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<frugal::Commun
   trainer.add_policy(run.recorder);
   run.memory = std::make_shared<frugal::MemoryReportPolicy>();
   trainer.add_policy(run.memory);
-  if (!parity) frugal::add_checkpointing(trainer, std::make_shared<frugal::CheckpointPolicy>(frugal::CheckpointOptions().every_n_steps(3).keep_last(4)));
+  if (!parity) {
+    frugal::add_checkpointing(trainer, std::make_shared<frugal::CheckpointPolicy>(
+                                           frugal::CheckpointOptions().every_n_steps(3).keep_last(4).remote(args.get("remote", ""))));
+  }
   run.result = trainer.fit();
   return run;
 }

@@ -4,7 +4,8 @@
 #   sharding_test.sh PROBE PYTHON FRUGAL_CHECKPOINT WORK_DIR SCENARIO
 set -uo pipefail
 probe="$1"; python="$2"; tool="$3"; work="$4"; scenario="$5"
-source "$(dirname "$0")/torchrun_probe.sh"
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/torchrun_probe.sh"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 close() {  # a b what: the parameter files agree to relative 1e-6
   "$python" - "$1" "$2" <<'PY' || fail "$3"
@@ -65,6 +66,29 @@ reshard)
   out=$(launch 2 train shard=gradients batch=6 dir=plain_split max_steps=12 out=plain_split.txt) || fail "unsharded -> sharded: $out"
   close plain_split.txt plain_whole.txt "an unsharded checkpoint continued sharded differs from the uninterrupted run"
   echo "ok: an unsharded checkpoint continued with sharded gradients" ;;
+remote)  # to a real S3 server and back: a fresh directory on 3 ranks resumes from the bucket
+  source "$here/../remote/s3_server.sh"
+  s3_start "$work/s3"
+  s3_make_bucket frugal || fail "cannot create the bucket"
+  reference
+  out=$(launch 2 train shard=gradients batch=6 dir=up max_steps=6 remote=s3://frugal/sharded) || fail "sharded run with a remote: $out"
+  keys=$(s3_keys frugal sharded/ckpt-000000006/)
+  for f in shard-00000-of-00002.weights.pt shard-00001-of-00002.optimizer.pt meta.json manifest.json; do
+    grep -q "/$f$" <<<"$keys" || fail "the remote checkpoint lacks $f: $keys"
+  done
+  out=$(launch 3 train shard=gradients batch=4 dir=fresh3 max_steps=12 remote=s3://frugal/sharded out=fresh3.txt) ||
+    fail "3 ranks from the bucket: $out"
+  grep -q <<<"$out" "downloaded the remote checkpoint s3://frugal/sharded/ckpt-000000006" || fail "3 ranks did not download step 6: $out"
+  expect_all "$out" 3 "stopped at step 12"
+  close fresh3.txt whole.txt "3 ranks resumed from the bucket but the continuation differs"
+  echo "ok: a 2-rank sharded checkpoint in the bucket continued on 3 fresh ranks"
+  rm -rf fresh2b
+  out=$(launch 2 train shard=gradients batch=6 dir=fresh2b max_steps=6 remote=s3://frugal/sharded-b) || fail "$out"
+  rm -rf fresh2b
+  out=$(launch 2 train shard=gradients batch=6 dir=fresh2b max_steps=12 remote=s3://frugal/sharded-b out=fresh2b.txt) || fail "$out"
+  grep -q <<<"$out" "downloaded the remote checkpoint" || fail "2 fresh ranks did not download: $out"
+  cmp -s whole.txt fresh2b.txt || fail "2 fresh ranks resumed from the bucket but not bitwise equal"
+  echo "ok: 2 fresh ranks resumed from the bucket, bitwise" ;;
 damaged)
   reference
   first_half split

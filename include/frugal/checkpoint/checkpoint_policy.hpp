@@ -13,6 +13,13 @@
 // the files it will read (its own shard, or those that overlap its part after a change of world
 // size), and the ranks agree on the newest checkpoint that passed everywhere.
 //
+// With `remote` (s3://bucket/prefix) each checkpoint is also sent to object storage in the
+// background (frugal/remote/checkpoint_uploader.hpp) and committed there once every file is
+// stored; the end of a fit and a pre-emption wait for that commit (at most
+// remote_deadline_seconds) and fail, naming the checkpoint that is only local, when it does not
+// come. A start whose local directory lacks a newer checkpoint downloads the newest committed
+// remote one that verifies: a fresh machine resumes where the reclaimed one stopped.
+//
 // It is also the Trainer's resume source: add it with add_checkpointing, which does both.
 //
 //   frugal::add_checkpointing(trainer, std::make_shared<frugal::CheckpointPolicy>(
@@ -22,6 +29,7 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -32,6 +40,7 @@
 namespace frugal {
 
 class Trainer;
+struct S3ClientOptions;
 
 struct CheckpointOptions {
   /// Where checkpoints go; "" = <trainer.run_dir>/checkpoints.
@@ -52,6 +61,17 @@ struct CheckpointOptions {
   TORCH_ARG(bool, async) = true;
   TORCH_ARG(bool, resume) = true;           // continue from the newest valid checkpoint
   TORCH_ARG(bool, on_signal) = true;        // SIGTERM/SIGUSR1: checkpoint and stop
+  /// s3://bucket/prefix: also keep checkpoints in object storage ("" = local only). Credentials
+  /// from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN.
+  TORCH_ARG(std::string, remote) = "";
+  /// The store's scheme://host[:port]; "" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3.
+  TORCH_ARG(std::string, remote_endpoint) = "";
+  TORCH_ARG(std::string, remote_region) = "";          // "" = AWS_REGION, AWS_DEFAULT_REGION, us-east-1
+  TORCH_ARG(std::string, remote_addressing) = "auto";  // auto | path | virtual
+  /// How long a pre-emption or the end of a fit waits for the checkpoint's remote commit.
+  TORCH_ARG(double, remote_deadline_seconds) = 90;
+  TORCH_ARG(int64_t, remote_part_mb) = 64;             // multipart part size (S3's minimum: 5)
+  TORCH_ARG(int64_t, remote_parallel_parts) = 4;       // parts uploaded at once
 
  public:  // TORCH_ARG leaves the struct in private:
   void validate() const;
@@ -88,12 +108,33 @@ class CheckpointPolicy : public Policy, public ResumeSource {
   void set_stage_observer(std::function<void(const std::string& stage, int64_t step)> observer) {
     stage_observer_ = std::move(observer);
   }
+  /// Told each stage of each remote upload ("part", a file's name, "manifest.json", "latest"),
+  /// on the upload thread. Set before the fit.
+  void set_upload_stage_observer(std::function<void(const std::string& stage, int64_t step)> observer) {
+    upload_observer_ = std::move(observer);
+  }
+  /// The client options `remote_*` describe (before the environment fills the gaps).
+  S3ClientOptions remote_client_options() const;
 
  private:
   void surface_errors();
+  /// Connects to the remote store (every rank: bad credentials fail everywhere before training),
+  /// and on rank 0 tidies it and downloads a remote checkpoint newer than any local one.
+  void open_remote(const TrainingRun& run);
+  /// Rank 0 downloads the newest committed remote checkpoint newer than every local one that
+  /// verifies; returns the reasons of those skipped.
+  std::vector<std::string> fetch_newer_remote();
+  /// Waits (at most remote_deadline_seconds from `since`) for the newest submitted checkpoint's
+  /// remote commit; "" when committed (or nothing to wait for), else why not. Agreed by all ranks.
+  std::string wait_remote_commit(std::chrono::steady_clock::time_point since);
+  /// Sharded runs: once every rank has uploaded its files of the newest sharded checkpoint, rank
+  /// 0 commits it; `block` waits for the uploads (until `deadline`). "" or why it was not
+  /// committed. Every rank calls it at the same points: it runs collectives.
+  std::string advance_remote_commit(bool block, std::chrono::steady_clock::time_point deadline);
+  void submit_upload(const CheckpointInfo& info);
   /// Rank 0: <run_dir>/PREEMPTED (JSON: step, signal, checkpoint), for a scheduler script to
   /// tell a pre-emption (resume me) from a failure; removed when the next fit starts.
-  void write_preempted_marker(int64_t step, const char* by) const;
+  void write_preempted_marker(int64_t step, const char* by, const std::string& remote_failure) const;
   /// Logs and records a candidate that cannot be resumed from; `damaged`: moves it aside.
   void skipped(const CheckpointInfo& candidate, const std::string& reason, bool damaged);
   CheckpointWriteOptions write_options(int64_t step) const;
@@ -122,6 +163,9 @@ class CheckpointPolicy : public Policy, public ResumeSource {
   std::optional<Resume> resume_;
   std::chrono::steady_clock::time_point last_save_time_;
   std::function<void(const std::string&, int64_t)> stage_observer_;
+  std::function<void(const std::string&, int64_t)> upload_observer_;
+  struct Remote;  // the store, this rank's uploader, and what is uploaded and committed (checkpoint_policy.cpp)
+  std::unique_ptr<Remote> remote_;
 };
 
 /// Adds `checkpointing` to `trainer` as a policy and as its resume source.

@@ -1,0 +1,171 @@
+#include "frugal/remote/remote_checkpoints.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/log.hpp"
+
+namespace frugal {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+constexpr const char* kManifest = "manifest.json";
+
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+}  // namespace
+
+std::optional<int64_t> remote_checkpoint_step(const std::string& name) {
+  static const std::regex pattern("ckpt-([0-9]{1,18})");
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return std::nullopt;
+  return std::stoll(m[1].str());
+}
+
+RemoteCheckpoints::RemoteCheckpoints(S3Location location, S3ClientOptions options) : client_(std::move(location), std::move(options)) {}
+
+std::string RemoteCheckpoints::url_of(const std::string& name) const { return client_.location().url() + "/" + name; }
+
+std::vector<RemoteCheckpoint> RemoteCheckpoints::committed() {
+  const std::string root = client_.location().key("");
+  std::vector<RemoteCheckpoint> found;
+  for (const S3Object& o : client_.list(root)) {
+    const std::string rest = o.key.substr(root.size());
+    const auto slash = rest.find('/');
+    if (slash == std::string::npos || rest.substr(slash + 1) != kManifest) continue;
+    const std::string name = rest.substr(0, slash);
+    if (const auto step = remote_checkpoint_step(name)) found.push_back({name, *step});
+  }
+  std::sort(found.begin(), found.end(), [](const RemoteCheckpoint& a, const RemoteCheckpoint& b) { return a.step < b.step; });
+  return found;
+}
+
+void RemoteCheckpoints::upload_files(const fs::path& dir, const std::vector<std::string>& files,
+                                     const std::function<void(const std::string&)>& on_stage) {
+  const std::string name = dir.filename().string();
+  for (const std::string& file : files) {
+    client_.put_file(client_.location().key(name + "/" + file), dir / file, [&](int) {
+      if (on_stage) on_stage("part");
+    });
+    if (on_stage) on_stage(file);
+  }
+}
+
+void RemoteCheckpoints::commit(const fs::path& dir, const std::function<void(const std::string&)>& on_stage) {
+  const std::string name = dir.filename().string();
+  client_.put_file(client_.location().key(name + "/" + kManifest), dir / kManifest);
+  if (on_stage) on_stage(kManifest);
+  client_.put_bytes(client_.location().key("latest"), name);
+  if (on_stage) on_stage("latest");
+}
+
+std::string RemoteCheckpoints::download(const std::string& name, const fs::path& target) {
+  const std::string base = client_.location().key(name + "/");
+  const auto manifest_bytes = client_.get_bytes_if_exists(base + kManifest);
+  if (!manifest_bytes) return "its manifest.json is gone: not committed";
+  std::vector<std::pair<std::string, uint64_t>> files;
+  try {
+    const json manifest = json::parse(*manifest_bytes);
+    for (const auto& f : manifest.at("files")) {
+      const std::string file = f.at("name").get<std::string>();
+      if (!plain_file_name(file) || file == kManifest) return "its manifest lists '" + file + "', which is not a plain file name";
+      files.emplace_back(file, f.at("size").get<uint64_t>());
+    }
+  } catch (const std::exception& e) {
+    return std::string("unreadable manifest.json: ") + e.what();
+  }
+  fs::create_directories(target);
+  for (const auto& [file, size] : files) {
+    uint64_t got = 0;
+    try {
+      got = client_.get_file(base + file, target / file);
+    } catch (const RemoteStorageError& e) {
+      if (e.http_status() == 404) return file + " is missing from the remote checkpoint";
+      throw;
+    }
+    if (got != size) return file + " is " + std::to_string(got) + " bytes but the manifest says " + std::to_string(size) + " (truncated?)";
+  }
+  {
+    std::ofstream out(target / kManifest, std::ios::binary);
+    out.write(manifest_bytes->data(), static_cast<std::streamsize>(manifest_bytes->size()));
+    if (!out) throw RemoteStorageError("cannot write " + (target / kManifest).string());
+  }
+  return "";
+}
+
+void RemoteCheckpoints::remove(const std::string& name) {
+  const std::string base = client_.location().key(name + "/");
+  client_.remove(base + kManifest);
+  for (const S3Object& o : client_.list(base)) client_.remove(o.key);
+  metrics_.erase(name);
+}
+
+void RemoteCheckpoints::remove_unfinished() {
+  const std::string root = client_.location().key("");
+  std::set<std::string> committed_names;
+  std::map<std::string, std::vector<std::string>> objects_of;
+  for (const S3Object& o : client_.list(root)) {
+    const std::string rest = o.key.substr(root.size());
+    const auto slash = rest.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string name = rest.substr(0, slash);
+    if (!remote_checkpoint_step(name)) continue;  // not ours
+    if (rest.substr(slash + 1) == kManifest) committed_names.insert(name);
+    objects_of[name].push_back(o.key);
+  }
+  for (const auto& [name, keys] : objects_of) {
+    if (committed_names.count(name)) continue;
+    log::info("removing the unfinished remote checkpoint " + url_of(name) + " (" + std::to_string(keys.size()) + " object(s), never committed)");
+    for (const auto& key : keys) client_.remove(key);
+  }
+  if (const int aborted = client_.abort_unfinished_uploads(root); aborted > 0) {
+    log::info("aborted " + std::to_string(aborted) + " unfinished multipart upload(s) under " + client_.location().url());
+  }
+}
+
+const Metrics& RemoteCheckpoints::metrics_of(const std::string& name) {
+  auto it = metrics_.find(name);
+  if (it != metrics_.end()) return it->second;
+  Metrics metrics;
+  try {
+    const auto bytes = client_.get_bytes_if_exists(client_.location().key(name + "/meta.json"));
+    if (bytes) metrics = json::parse(*bytes).at("state").at("last_validation").get<Metrics>();
+  } catch (const std::exception& e) {
+    log::warn("cannot read the metrics of " + url_of(name) + ": " + e.what() + " (not ranked among the best)");
+  }
+  return metrics_.emplace(name, std::move(metrics)).first->second;
+}
+
+void RemoteCheckpoints::apply_retention(const RemoteRetention& retention, const std::string& newest) {
+  const auto all = committed();
+  std::set<std::string> keep{newest};
+  const size_t n = all.size();
+  const size_t last = retention.keep_last == 0 ? n : std::min(n, static_cast<size_t>(retention.keep_last));
+  for (size_t i = n - last; i < n; ++i) keep.insert(all[i].name);
+  if (retention.keep_best > 0) {
+    std::vector<std::pair<double, std::string>> scored;
+    for (const auto& c : all) {
+      const Metrics& m = metrics_of(c.name);
+      const auto it = m.find(retention.monitor);
+      if (it != m.end() && std::isfinite(it->second)) scored.emplace_back(retention.monitor_mode == "min" ? it->second : -it->second, c.name);
+    }
+    std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < scored.size() && i < static_cast<size_t>(retention.keep_best); ++i) keep.insert(scored[i].second);
+  }
+  for (const auto& c : all) {
+    if (keep.count(c.name)) continue;
+    remove(c.name);
+    log::debug("remote checkpoint removed: " + url_of(c.name));
+  }
+}
+
+}  // namespace frugal
