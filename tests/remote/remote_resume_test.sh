@@ -4,8 +4,10 @@
 # "fresh machine" (an empty run directory) resumes from the bucket, ending bitwise equal to an
 # uninterrupted run: after a SIGTERM; after kill -9 between the parts of a multipart upload,
 # before the manifest, and between the manifest and `latest`; with a byte flipped in the newest
-# remote checkpoint; with the server frozen, or killed and restarted, mid-run. With the server down at a SIGTERM the run
-# names the checkpoint that is only local and exits non-zero.
+# remote checkpoint; with the server frozen, or killed and restarted, mid-run. A newer remote
+# checkpoint wins over an older local one, and a newer local one over the remote ones (it is
+# uploaded). With the server unreachable at the end of the fit or at a SIGTERM, the run names the
+# checkpoint that is only local and exits non-zero.
 #   remote_resume_test.sh PROBE WORK_DIR
 set -uo pipefail
 probe="$1"; work="$2"
@@ -41,12 +43,21 @@ grep -q '"remote_checkpoint": "s3://frugal/term/ckpt-000000011"' term/PREEMPTED 
 keys="$(s3_keys frugal term/)"
 grep -q "^term/latest$" <<<"$keys" || fail "no latest object: $keys"
 [ "$(s3_get frugal/term/latest)" = "ckpt-000000011" ] || fail "latest names $(s3_get frugal/term/latest)"
+cp -r term term-old  # the machine's own directory, for the next check
 fresh_resume term
 [ "$(downloaded_step term)" = "11" ] || fail "term: resumed from step $(downloaded_step term), want 11"
 # Remote retention: keep_last 2 holds there too.
 n=$(grep -c "manifest.json$" <<<"$(s3_keys frugal term/)")
 [ "$n" -le 2 ] || fail "remote retention: $n committed checkpoints, keep_last is 2"
 echo "ok: SIGTERM, commit, fresh resume"
+
+# Local and remote both there: the newest valid one wins. The term run's own directory holds step
+# 11; the bucket, after the fresh run above, holds step 40: it is downloaded and nothing is trained.
+"$probe" term-old term-again.bin > term-again.log 2>&1 || fail "term, both: $(tail -3 term-again.log)"
+grep -q "downloaded the remote checkpoint s3://frugal/term/ckpt-000000040" term-again.log ||
+  fail "term, both: the newer remote checkpoint was not used: $(grep -m2 -E 'resum|download' term-again.log)"
+cmp -s clean.bin term-again.bin || fail "term, both: final weights differ"
+echo "ok: a newer remote checkpoint wins over an older local one"
 
 # kill -9 during an upload: the fresh machine resumes from the newest committed checkpoint.
 for stage in part meta.json manifest.json; do
@@ -106,6 +117,18 @@ fresh_resume restart
 [ "$(downloaded_step restart)" = "40" ] || fail "restart: the final checkpoint was not committed (resumed from $(downloaded_step restart))"
 echo "ok: server restarted mid-run"
 
+# The server frozen through the end of the fit: the final checkpoint cannot be committed in time,
+# and the run says it is only local and exits non-zero.
+export PROBE_REMOTE="s3://frugal/end" PROBE_REMOTE_DEADLINE=3
+start_paused end pause-at-step 38
+kill -STOP "$S3_PID"; touch end/.go
+wait "$pid"; rc=$?
+kill -CONT "$S3_PID"
+[ "$rc" -ne 0 ] || fail "end: the run exited 0 though its final checkpoint never reached the store"
+grep -q "the final checkpoint (end/checkpoints/ckpt-000000040) is only local" end.1.log || fail "end: $(tail -2 end.1.log)"
+unset PROBE_REMOTE_DEADLINE
+echo "ok: a final checkpoint that misses the deadline is named, exit $rc"
+
 # The server down at SIGTERM: the run says which checkpoint is only local and exits non-zero.
 export PROBE_REMOTE="s3://frugal/down" PROBE_REMOTE_DEADLINE=4
 start_paused down pause-then-term-at-step 8
@@ -116,4 +139,15 @@ grep -q "the checkpoint of step 8 is only local" down.1.log || fail "down: the m
 grep -q '"remote_committed": false' down/PREEMPTED || fail "down: PREEMPTED does not say the commit failed"
 ! grep -q "$S3_SECRET_KEY" down.1.log down/train.log || fail "a secret was printed"
 echo "ok: server down at SIGTERM"
+
+# The same machine restarted once the server is back: its local checkpoint of step 8 is newer than
+# any remote one, so it wins (no download), goes up, and the run ends as the uninterrupted one.
+s3_launch
+unset PROBE_REMOTE_DEADLINE
+"$probe" down down.bin > down.2.log 2>&1 || fail "down, restart: $(tail -3 down.2.log)"
+! grep -q "downloaded the remote checkpoint" down.2.log || fail "down, restart: an older remote checkpoint replaced the newer local one"
+grep -q "resuming from down/checkpoints/ckpt-000000008" down.2.log || fail "down, restart: $(grep -m1 resuming down.2.log)"
+cmp -s clean.bin down.bin || fail "down, restart: final weights differ"
+grep -q "^down/ckpt-000000040/manifest.json$" <<<"$(s3_keys frugal down/)" || fail "down, restart: the final checkpoint was not committed"
+echo "ok: a newer local checkpoint wins over the remote ones and is uploaded"
 echo PASS
