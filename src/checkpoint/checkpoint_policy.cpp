@@ -4,13 +4,13 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <cstdio>
 #include <csignal>
 #include <functional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "base/checkpoint_names.hpp"
 #include "base/durable_io.hpp"
 #include "frugal/base/preemption.hpp"
 #include "frugal/core/trainer.hpp"
@@ -108,12 +108,6 @@ std::function<bool(const std::string&)> files_read_by(const CheckpointStore& sto
     for (const char* kind : {"weights", "optimizer"}) needed.insert(CheckpointStore::shard_file(q, theirs->world_size, kind));
   }
   return [needed](const std::string& name) { return name.rfind("shard-", 0) != 0 || needed.count(name) > 0; };
-}
-
-std::string checkpoint_name(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "ckpt-%09lld", static_cast<long long>(step));
-  return name;
 }
 
 fs::path checkpoint_dir(const CheckpointOptions& options, const TrainingRun& run) {
@@ -346,7 +340,7 @@ void CheckpointPolicy::finish_sharded(bool block) {
   if (remote_ && remote_->uploader && error.empty()) {
     for (const auto& f : files) to_upload.push_back(f.name);
     try {
-      remote_->uploader->stage(store_.root() / c10::str(checkpoint_name(step), ".tmp"), step, to_upload);
+      remote_->uploader->stage(store_.root() / (detail::checkpoint_folder_name(step) + ".tmp"), step, to_upload);
     } catch (const std::exception& e) {
       log::warn(c10::str("the shard files of step ", step, " cannot be staged for upload: ", e.what(), " (they stay local)"));
       to_upload.clear();

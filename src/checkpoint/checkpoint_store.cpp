@@ -10,11 +10,11 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "base/host_memory.hpp"
+#include "base/checkpoint_names.hpp"
 #include "base/durable_io.hpp"
 #include "frugal/log.hpp"
 
@@ -32,19 +32,7 @@ constexpr const char* kConfig = "config.toml";
 constexpr const char* kManifest = "manifest.json";
 constexpr int64_t kMaxWorldSize = 1 << 20;  // ranks: far above any job, far below a hang
 
-std::string dir_name(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "ckpt-%09lld", static_cast<long long>(step));
-  return name;
-}
-
-std::optional<int64_t> step_of(const fs::path& dir) {
-  static const std::regex pattern("ckpt-([0-9]{1,18})");  // 18 digits: no int64 overflow
-  std::smatch m;
-  const std::string name = dir.filename().string();
-  if (!std::regex_match(name, m, pattern)) return std::nullopt;
-  return std::stoll(m[1].str());
-}
+std::optional<int64_t> step_of(const fs::path& dir) { return detail::checkpoint_folder_step(dir.filename().string()); }
 
 json state_to_json(const TrainerState& s) {
   return {{"epoch", s.epoch}, {"micro_step", s.micro_step}, {"step", s.step}, {"skipped_steps", s.skipped_steps},
@@ -185,12 +173,6 @@ json meta_of(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& opt
   return meta;
 }
 
-// A name a manifest may list: a file directly in the checkpoint's folder, nothing that leads out of it.
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
-         name.find('\0') == std::string::npos;
-}
-
 // A write that failed: its folder goes (when given), and the error says what the directory still holds.
 [[noreturn]] void write_failed(int64_t step, const fs::path& root, const std::exception& e, const fs::path& tmp = {}) {
   if (!tmp.empty()) {
@@ -242,8 +224,8 @@ CheckpointStore::CheckpointStore(fs::path root) : root_(std::move(root)) {}
 CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options) const {
   const int64_t step = snapshot.state.step;
   if (snapshot.sharding) throw CheckpointError("CheckpointStore::write: a sharded snapshot is written by every rank (write_shard)");
-  const fs::path final_dir = root_ / dir_name(step);
-  const fs::path tmp = root_ / (dir_name(step) + ".tmp");
+  const fs::path final_dir = root_ / detail::checkpoint_folder_name(step);
+  const fs::path tmp = root_ / (detail::checkpoint_folder_name(step) + ".tmp");
   auto stage = [&](const char* name) {
     if (options.on_stage) options.on_stage(name);
   };
@@ -294,8 +276,8 @@ std::string CheckpointStore::shard_file(int64_t rank, int64_t world_size, const 
 }
 
 bool CheckpointStore::begin_sharded(int64_t step) const {
-  const fs::path final_dir = root_ / dir_name(step);
-  const fs::path tmp = root_ / (dir_name(step) + ".tmp");
+  const fs::path final_dir = root_ / detail::checkpoint_folder_name(step);
+  const fs::path tmp = root_ / (detail::checkpoint_folder_name(step) + ".tmp");
   try {
     if (fs::exists(final_dir / kManifest) && verify(final_dir).empty()) return false;
     fs::create_directories(root_);
@@ -311,7 +293,7 @@ bool CheckpointStore::begin_sharded(int64_t step) const {
 std::vector<FileRecord> CheckpointStore::write_shard(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options) const {
   if (!snapshot.sharding) throw CheckpointError("CheckpointStore::write_shard: the snapshot is not sharded");
   const int64_t step = snapshot.state.step, rank = snapshot.rank, world = snapshot.sharding->world_size;
-  const fs::path tmp = root_ / (dir_name(step) + ".tmp");
+  const fs::path tmp = root_ / (detail::checkpoint_folder_name(step) + ".tmp");
   try {
     if (!fs::is_directory(tmp)) throw CheckpointError(c10::str(tmp.string(), " does not exist: rank 0 did not begin this checkpoint"));
     std::vector<FileRecord> records;
@@ -339,8 +321,8 @@ std::vector<FileRecord> CheckpointStore::write_shard(const TrainingSnapshot& sna
 CheckpointInfo CheckpointStore::finish_sharded(const TrainingSnapshot& snapshot, const std::vector<FileRecord>& records,
                                                const CheckpointWriteOptions& options) const {
   const int64_t step = snapshot.state.step;
-  const fs::path final_dir = root_ / dir_name(step);
-  const fs::path tmp = root_ / (dir_name(step) + ".tmp");
+  const fs::path final_dir = root_ / detail::checkpoint_folder_name(step);
+  const fs::path tmp = root_ / (detail::checkpoint_folder_name(step) + ".tmp");
   auto stage = [&](const char* name) {
     if (options.on_stage) options.on_stage(name);
   };
@@ -385,7 +367,7 @@ std::string CheckpointStore::verify(const fs::path& dir, const std::function<boo
     for (const auto& f : manifest.at("files")) {
       const std::string name = f.at("name");
       // A name like ../../state.pt would check, and have the reader load, a file outside.
-      if (!plain_file_name(name)) return "the manifest lists '" + name + "', which is not a plain file name in the checkpoint's folder";
+      if (!detail::plain_file_name(name)) return "the manifest lists '" + name + "', which is not a plain file name in the checkpoint's folder";
       if (!listed.insert(name).second) return "the manifest lists " + name + " twice";
     }
     if (!listed.count(kMeta)) return "the manifest does not list meta.json";

@@ -24,6 +24,15 @@ namespace frugal {
 
 namespace fs = std::filesystem;
 
+namespace {
+// max_steps reached (or already reached by the checkpoint a run resumed from): the fit stops.
+void stop_at_max_steps(const TrainerOptions& options, TrainerState& state) {
+  if (options.max_steps() > 0 && state.step >= options.max_steps() && !state.stop_reason) {
+    state.stop_reason = c10::str("reached max_steps=", options.max_steps());
+  }
+}
+}  // namespace
+
 torch::Device resolve_device(const std::string& name) {
   if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   try {
@@ -170,9 +179,7 @@ FitResult Trainer::fit() {
     ~ClearFailureContext() { set_failure_context({}); }
   } clear_failure_context;
   // A run resumed from a checkpoint taken at max_steps (its final one) has nothing left to train.
-  if (options_.max_steps() > 0 && state_.step >= options_.max_steps() && !stopping()) {
-    state_.stop_reason = c10::str("reached max_steps=", options_.max_steps());
-  }
+  stop_at_max_steps(options_, state_);
   try {
     while (!stopping() && state_.epoch < options_.max_epochs()) {
       train_epoch();
@@ -320,9 +327,7 @@ void Trainer::bookkeeping(const StepContext& ctx, int64_t samples) {
     validate();
     model_.module().train();
   }
-  if (options_.max_steps() > 0 && state_.step >= options_.max_steps() && !stopping()) {
-    state_.stop_reason = c10::str("reached max_steps=", options_.max_steps());
-  }
+  stop_at_max_steps(options_, state_);
 }
 
 void Trainer::apply_lr_schedule() {

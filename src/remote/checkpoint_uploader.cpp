@@ -1,10 +1,10 @@
 #include "frugal/remote/checkpoint_uploader.hpp"
 
-#include <cstdio>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "base/checkpoint_names.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -24,11 +24,7 @@ std::vector<std::string> listed_files(const fs::path& dir) {
   return files;
 }
 
-std::string name_of(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "ckpt-%09lld", static_cast<long long>(step));
-  return name;
-}
+std::string name_of(int64_t step) { return detail::checkpoint_folder_name(step); }
 }  // namespace
 
 CheckpointUploader::CheckpointUploader(std::shared_ptr<RemoteCheckpoints> remote, fs::path staging, RemoteRetention retention)

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "base/checkpoint_names.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -18,18 +18,9 @@ using json = nlohmann::json;
 namespace {
 constexpr const char* kManifest = "manifest.json";
 
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
-         name.find('\0') == std::string::npos;
-}
 }  // namespace
 
-std::optional<int64_t> remote_checkpoint_step(const std::string& name) {
-  static const std::regex pattern("ckpt-([0-9]{1,18})");
-  std::smatch m;
-  if (!std::regex_match(name, m, pattern)) return std::nullopt;
-  return std::stoll(m[1].str());
-}
+std::optional<int64_t> remote_checkpoint_step(const std::string& name) { return detail::checkpoint_folder_step(name); }
 
 RemoteCheckpoints::RemoteCheckpoints(S3Location location, S3ClientOptions options) : client_(std::move(location), std::move(options)) {}
 
@@ -77,7 +68,7 @@ std::string RemoteCheckpoints::download(const std::string& name, const fs::path&
     const json manifest = json::parse(*manifest_bytes);
     for (const auto& f : manifest.at("files")) {
       const std::string file = f.at("name").get<std::string>();
-      if (!plain_file_name(file) || file == kManifest) return "its manifest lists '" + file + "', which is not a plain file name";
+      if (!detail::plain_file_name(file) || file == kManifest) return "its manifest lists '" + file + "', which is not a plain file name";
       files.emplace_back(file, f.at("size").get<uint64_t>());
     }
   } catch (const std::exception& e) {
