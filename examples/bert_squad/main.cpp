@@ -47,12 +47,13 @@ struct OptimizerOptions {
   double eps = 1e-6;
   double warmup_fraction = 0.1;
   bool fused = true;  // one fused kernel per step (Hugging Face Trainer's default, adamw_torch_fused)
+  int64_t state_bits = 32;  // 8: both moments in 8 bits (frugal/optim/state_quantization.hpp)
 };
 
 std::unique_ptr<torch::optim::Optimizer> make_adamw(torch::nn::Module& module, const OptimizerOptions& o) {
   const auto options = torch::optim::AdamWOptions(o.lr).eps(o.eps).weight_decay(o.weight_decay);
   auto groups = frugal::weight_decay_groups(module, options, frugal::is_bias_or_layer_norm);
-  if (o.fused) return std::make_unique<frugal::FusedAdamW>(std::move(groups), options);
+  if (o.fused) return std::make_unique<frugal::FusedAdamW>(std::move(groups), options, frugal::StateQuantization().bits(o.state_bits));
   return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
 }
 
@@ -84,6 +85,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
   config.bind("optimizer.eps", o.eps, "AdamW epsilon");
   config.bind("optimizer.warmup_fraction", o.warmup_fraction, "Share of the steps spent warming up, then linear decay");
   config.bind("optimizer.fused", o.fused, "AdamW as one fused kernel (frugal::FusedAdamW); false = torch::optim::AdamW");
+  config.bind("optimizer.state_bits", o.state_bits, "AdamW's moments in 32 or 8 bits (block-wise quantized, as bitsandbytes' AdamW8bit)");
   config.add_check("model", [&m] {
     frugal::parse_enum_option<frugal::CpuGemm>(m.cpu_gemm, "model.cpu_gemm");
     if (frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing").scope == frugal::CheckpointScope::stage) {
@@ -101,6 +103,8 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
     if (!(o.lr > 0)) throw frugal::OptionError("lr", c10::str("lr must be > 0, got ", o.lr));
     if (o.weight_decay < 0) throw frugal::OptionError("weight_decay", "weight_decay must be >= 0");
     if (o.warmup_fraction < 0 || o.warmup_fraction > 1) throw frugal::OptionError("warmup_fraction", "warmup_fraction must be in [0, 1]");
+    frugal::StateQuantization().bits(o.state_bits).validate();
+    if (o.state_bits == 8 && !o.fused) throw frugal::OptionError("state_bits", "state_bits=8 needs optimizer.fused=true (frugal::FusedAdamW)");
   });
 }
 

@@ -11,9 +11,9 @@
 namespace frugal::detail {
 
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, int64_t cap_bytes, Communicator& communicator,
-                                 bool overlap, BucketReduction reduction)
+                                 bool overlap, BucketReduction reduction, int64_t alignment)
     : params_(std::move(params)),
-      layout_(bucket_layout(params_, cap_bytes, reduction == BucketReduction::into_grads ? 1 : communicator.world_size())),
+      layout_(bucket_layout(params_, cap_bytes, reduction == BucketReduction::into_grads ? 1 : communicator.world_size(), alignment)),
       slots_(params_.size()),
       states_(layout_.size()),
       communicator_(communicator),
@@ -74,7 +74,12 @@ torch::Tensor& GradientBuckets::flat_of(size_t b) {
   if (!state.flat.defined()) {
     const Bucket& bucket = layout_[b];
     state.flat = torch::empty({bucket.padded}, params_[bucket.entries.front().param].options());
-    state.flat.narrow(0, bucket.numel, bucket.padded - bucket.numel).zero_();  // the padding adds nothing
+    int64_t end = 0;  // the padding and any gaps between aligned entries add nothing
+    for (const auto& e : bucket.entries) {
+      if (e.offset > end) state.flat.narrow(0, end, e.offset - end).zero_();
+      end = e.offset + e.numel;
+    }
+    state.flat.narrow(0, end, bucket.padded - end).zero_();
   }
   return state.flat;
 }

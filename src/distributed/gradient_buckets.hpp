@@ -35,7 +35,7 @@ enum class BucketReduction { into_grads, in_buckets, scattered };
 class GradientBuckets {
  public:
   GradientBuckets(std::vector<torch::Tensor> params, int64_t cap_bytes, Communicator& communicator, bool overlap,
-                  BucketReduction reduction = BucketReduction::into_grads);
+                  BucketReduction reduction = BucketReduction::into_grads, int64_t alignment = 1);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;

@@ -11,6 +11,7 @@
 #include "base/host_memory.hpp"
 #include "distributed/detail/bucket_layout.hpp"
 #include "frugal/errors.hpp"
+#include "frugal/optim/state_quantization.hpp"
 #include "optim/portable_state.hpp"
 
 namespace frugal {
@@ -33,6 +34,7 @@ torch::Tensor flat_range(const torch::Tensor& p, int64_t begin, int64_t numel) {
 
 struct OptimizerShards::Impl {
   int64_t world_size, rank, cap_bytes;
+  int64_t alignment = 1;
   bool attached = false;
   std::vector<torch::Tensor> trained;
   std::vector<std::string> names;  // of `trained`
@@ -60,6 +62,7 @@ bool OptimizerShards::attached() const { return impl_->attached; }
 int64_t OptimizerShards::world_size() const { return impl_->world_size; }
 int64_t OptimizerShards::rank() const { return impl_->rank; }
 int64_t OptimizerShards::bucket_cap_bytes() const { return impl_->cap_bytes; }
+int64_t OptimizerShards::element_alignment() const { return impl_->alignment; }
 const std::vector<torch::Tensor>& OptimizerShards::trained() const { return impl_->trained; }
 
 int64_t OptimizerShards::owned_elements() const {
@@ -94,7 +97,9 @@ void OptimizerShards::attach(torch::nn::Module& module, torch::optim::Optimizer&
     s.trained.push_back(p.value());
     s.names.push_back(p.key());
   }
-  s.layout = detail::bucket_layout(s.trained, s.cap_bytes, s.world_size);
+  auto* quantizing = dynamic_cast<QuantizedStateOptimizer*>(&optimizer);
+  s.alignment = quantizing ? quantizing->state_alignment() : 1;
+  s.layout = detail::bucket_layout(s.trained, s.cap_bytes, s.world_size, s.alignment);
 
   // Every rank's pieces, numbered within each optimizer group in bucket order. Trained tensors
   // the optimizer does not update (left out by the program) have no piece.
@@ -130,6 +135,7 @@ void OptimizerShards::attach(torch::nn::Module& module, torch::optim::Optimizer&
     piece.tensor = piece.copy ? flat_range(p, piece.where.begin, piece.where.numel).clone()
                               : p.detach().view({-1}).narrow(0, piece.where.begin, piece.where.numel);
     group_tensors[static_cast<size_t>(piece.group)].push_back(piece.tensor);
+    if (quantizing) quantizing->set_whole_numel(piece.tensor, p.numel());  // 8-bit or not as unsharded
     s.piece_slots[static_cast<size_t>(piece.group)].push_back(
         {s.names[piece.where.param], piece.where.begin, piece.where.numel, {piece.where.numel}});
   }

@@ -7,6 +7,7 @@
 
 #include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
+#include "optim/quantized_param_state.hpp"
 
 namespace frugal {
 
@@ -47,7 +48,9 @@ void MemoryReportPolicy::on_after_optimizer_step(StepContext& ctx) {
   std::vector<torch::Tensor> state;
   for (const auto& [key, entry] : ctx.optimizer().state()) {
     // LibTorch's optimizers' kinds of state (an unknown kind is not counted).
-    if (auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(entry.get())) {
+    if (auto* quantized = dynamic_cast<const QuantizedParamState*>(entry.get())) {
+      for (const auto& t : quantized->tensors()) state.push_back(t);
+    } else if (auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(entry.get())) {
       state.insert(state.end(), {adam->exp_avg(), adam->exp_avg_sq(), adam->max_exp_avg_sq()});
     } else if (auto* adam_ = dynamic_cast<const torch::optim::AdamParamState*>(entry.get())) {
       state.insert(state.end(), {adam_->exp_avg(), adam_->exp_avg_sq(), adam_->max_exp_avg_sq()});

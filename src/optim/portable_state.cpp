@@ -11,6 +11,8 @@
 #include <unordered_map>
 
 #include "frugal/errors.hpp"
+#include "frugal/optim/state_quantization.hpp"
+#include "optim/quantized_param_state.hpp"
 
 namespace frugal::detail {
 namespace {
@@ -131,6 +133,7 @@ void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const
       std::map<std::string, c10::IValue> entries;
       int64_t covered = 0, with_state = 0, overlapping = 0;
       std::map<std::string, torch::Tensor> flat;  // per-element entries, assembled
+      std::map<std::string, torch::Tensor> blocks;  // per-block entries (8-bit states' maxima), assembled
       for (const StatePiece& piece : found->second) {
         const int64_t begin = std::max(slot.begin, piece.begin), end = std::min(slot.begin + slot.numel, piece.begin + piece.numel);
         if (begin >= end) continue;
@@ -139,7 +142,23 @@ void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const
         if (piece.entries.empty()) continue;
         ++with_state;
         for (const auto& [name, value] : piece.entries) {
-          if (per_element(value, piece.numel)) {
+          if (is_block_maxima_key(name) && value.isTensor()) {
+            // Blocks are the parameter's: a piece starts on a block, so its blocks are whole ones.
+            if ((begin - piece.begin) % kQuantizationBlock != 0 || (begin - slot.begin) % kQuantizationBlock != 0) {
+              throw CheckpointError(c10::str(source, ": the 8-bit optimizer state of '", slot.name, "' is split at element ", begin,
+                                             ", not at a block of ", kQuantizationBlock, ": its pieces cannot be joined"));
+            }
+            const auto to_blocks = [](int64_t n) { return (n + kQuantizationBlock - 1) / kQuantizationBlock; };
+            auto [it, fresh] = blocks.try_emplace(name);
+            if (fresh) it->second = torch::empty({to_blocks(slot.numel)}, value.toTensor().options());
+            const torch::Tensor source_blocks = value.toTensor().reshape({-1});
+            const int64_t first = (begin - piece.begin) / kQuantizationBlock, count = to_blocks(end - begin);
+            if (first + count > source_blocks.numel()) {
+              throw CheckpointError(c10::str(source, ": the 8-bit optimizer state of '", slot.name, "' has ", source_blocks.numel(),
+                                             " block maxima for ", piece.numel, " elements"));
+            }
+            it->second.narrow(0, (begin - slot.begin) / kQuantizationBlock, count).copy_(source_blocks.narrow(0, first, count));
+          } else if (per_element(value, piece.numel)) {
             auto [it, fresh] = flat.try_emplace(name);
             if (fresh) it->second = torch::empty({slot.numel}, value.toTensor().options());
             it->second.narrow(0, begin - slot.begin, end - begin).copy_(value.toTensor().narrow(0, begin - piece.begin, end - begin));
@@ -153,6 +172,7 @@ void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const
         throw CheckpointError(c10::str(source, ": optimizer state covers only part of elements [", slot.begin, ", ",
                                        slot.begin + slot.numel, ") of '", slot.name, "'"));
       }
+      for (auto& [name, values] : blocks) entries[name] = values;
       for (auto& [name, values] : flat) {
         torch::Tensor shaped = torch::empty_like(target, values.options().device(torch::kCPU));  // the tensor's layout (channels-last...)
         shaped.copy_(values.view(target.sizes()));

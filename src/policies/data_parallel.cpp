@@ -67,7 +67,8 @@ void DataParallelPolicy::on_fit_begin(const TrainingRun& run) {
   const detail::BucketReduction reduction = options_.shard() == ShardMode::gradients ? detail::BucketReduction::scattered
                                             : options_.shard() == ShardMode::optimizer ? detail::BucketReduction::in_buckets
                                                                                        : detail::BucketReduction::into_grads;
-  buckets_ = std::make_unique<detail::GradientBuckets>(std::move(trained), cap_bytes(), *communicator_, options_.overlap(), reduction);
+  buckets_ = std::make_unique<detail::GradientBuckets>(std::move(trained), cap_bytes(), *communicator_, options_.overlap(), reduction,
+                                                       shards_ ? shards_->element_alignment() : 1);
   log::info(c10::str("data parallel: rank ", communicator_->rank(), " of ", communicator_->world_size(), " (",
                      communicator_->backend(), "), gradients in ", buckets_->size(), " bucket(s) of up to ",
                      options_.bucket_cap_mb(), " MB", options_.overlap() ? ", overlapped with backward" : "",

@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/StringUtil.h>
+#include <c10/util/Type.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 #include "frugal/core/trainer.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/log.hpp"
+#include "frugal/optim/state_quantization.hpp"
 #include "frugal/precision/autocast_guard.hpp"
 
 namespace frugal {
@@ -56,7 +58,18 @@ BatchSizeSearch choose_batch_size(Trainer& trainer, const ProbeBatch& probe, con
     probe_step(trainer.model(), *optimizer, batch, step);
   };
   const std::string precision_name = to_string(precision.mode());
-  const std::string key = batch_size_cache_key(module, device, precision_name, trainer.world_size(), probe.shape);
+  // The optimizer's kind and its state bits change what a step needs: part of the cached answer's key.
+  std::string optimizer_kind;
+  {
+    const std::unique_ptr<torch::optim::Optimizer> sample = trainer.optimizer_factory()(module);
+    const torch::optim::Optimizer& o = *sample;
+    optimizer_kind = c10::demangle(typeid(o).name());
+    if (const auto* q = dynamic_cast<const QuantizedStateOptimizer*>(sample.get())) {
+      optimizer_kind += c10::str(" state_bits ", q->state_quantization().bits());
+    }
+  }
+  const std::string key =
+      batch_size_cache_key(module, device, precision_name, trainer.world_size(), probe.shape + "|optimizer " + optimizer_kind);
   BatchSizeSearch search;
   try {
     search = find_batch_size(trial, device, options, key, trainer.world_size() > 1 ? &trainer.communicator() : nullptr);

@@ -10,6 +10,7 @@
 // so that state.pt is a multipart upload; kill-at-upload-stage kills the process at that stage of
 // the first upload of a checkpoint at or after STEP; pause-* wait at step N for RUN_DIR/.go
 // (announcing RUN_DIR/.paused), so that the test can stop or freeze the server meanwhile.
+// With PROBE_STATE_BITS=8 the optimizer is FusedAdamW with 8-bit states (tests/optim).
 #include <torch/torch.h>
 
 #include <csignal>
@@ -94,7 +95,12 @@ int main(int argc, char** argv) {
   frugal::Model model(net.ptr(), frugal::LossFn<DropNetImpl>([](DropNetImpl& n, const frugal::Batch& b) {
     return torch::cross_entropy_loss(n.forward(b.input), b.target);
   }));
-  frugal::Trainer trainer(model, [](torch::nn::Module& m) {
+  const bool eight_bit = std::getenv("PROBE_STATE_BITS") != nullptr && std::string(std::getenv("PROBE_STATE_BITS")) == "8";
+  frugal::Trainer trainer(model, [eight_bit](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
+    if (eight_bit) {  // the weights' moments in 8 bits, the biases' in fp32
+      return std::make_unique<frugal::FusedAdamW>(m.parameters(), torch::optim::AdamWOptions(0.01).weight_decay(0.01),
+                                                  frugal::StateQuantization().bits(8).min_elements(64));
+    }
     return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   }, frugal::testing::blobs(200), frugal::TrainerOptions().device("cpu").run_dir(run_dir).max_epochs(4).max_steps(40).log_every_n_steps(10),
      frugal::DataLoaderOptions().batch_size(8).seed(11));

@@ -50,16 +50,21 @@ struct Recorder : frugal::Policy {
   std::vector<torch::Tensor> params;
 };
 
-frugal::OptimizerFactory optimizer_named(const std::string& name) {
-  return [name](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
+// sgd8, fused8: 8-bit states for tensors of at least `min8` elements (tests/optim).
+frugal::OptimizerFactory optimizer_named(const std::string& name, int64_t min8) {
+  return [name, min8](torch::nn::Module& m) -> std::unique_ptr<torch::optim::Optimizer> {
+    const auto eight = frugal::StateQuantization().bits(8).min_elements(min8);
     // Two groups, as a weight-decay split makes: biases without decay.
-    if (name == "sgd") {
+    if (name == "sgd" || name == "sgd8") {
       auto options = torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3);
-      return std::make_unique<torch::optim::SGD>(frugal::weight_decay_groups(m, options, frugal::is_bias_or_norm), options);
+      auto groups = frugal::weight_decay_groups(m, options, frugal::is_bias_or_norm);
+      if (name == "sgd8") return std::make_unique<frugal::QuantizedSGD>(groups, options, eight);
+      return std::make_unique<torch::optim::SGD>(groups, options);
     }
     auto options = torch::optim::AdamWOptions(0.01).weight_decay(0.01);
     auto groups = frugal::weight_decay_groups(m, options, frugal::is_bias_or_norm);
     if (name == "fused") return std::make_unique<frugal::FusedAdamW>(groups, options);
+    if (name == "fused8") return std::make_unique<frugal::FusedAdamW>(groups, options, eight);
     if (name == "adamw") return std::make_unique<torch::optim::AdamW>(groups, options);
     throw std::runtime_error("unknown optimizer " + name);
   };
@@ -83,7 +88,7 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<frugal::Commun
   frugal::TrainerOptions options;
   options.device("cpu").max_epochs(4).max_steps(args.num("max_steps", 8)).log_every_n_steps(4);
   options.run_dir(parity ? "" : args.get("dir", "run"));  // two runs may not share a directory
-  frugal::Trainer trainer(model, optimizer_named(args.get("optimizer", "adamw")), frugal::testing::blobs(240), options,
+  frugal::Trainer trainer(model, optimizer_named(args.get("optimizer", "adamw"), args.num("min8", 256)), frugal::testing::blobs(240), options,
                           frugal::DataLoaderOptions().batch_size(args.num("batch", 4)).seed(3));
   if (comm) {
     frugal::add_data_parallel(trainer, std::make_shared<frugal::DataParallelPolicy>(
@@ -144,8 +149,9 @@ int run(const frugal::testing::ProbeArgs& args) {
               << "; optimizer state " << b.optimizer_state_bytes << " of " << a.optimizer_state_bytes << " bytes (" << state_ratio
               << "x), gradients " << b.gradient_bytes << " of " << a.gradient_bytes << " bytes (" << grad_ratio << "x)" << std::endl;
     const double share = 1.0 / static_cast<double>(n);
-    if (state_ratio > share + 0.1) return fail(c10::str("optimizer state ", state_ratio, "x of unsharded, expected about ", share));
-    if (shard == frugal::ShardMode::gradients && grad_ratio > share / 2 + 0.1) {  // unsharded holds .grad and the buckets
+    // 8-bit states: pieces start on blocks of 256, so small models split less evenly.
+    if (state_ratio > share + static_cast<double>(args.num("slack_percent", 10)) / 100.0) return fail(c10::str("optimizer state ", state_ratio, "x of unsharded, expected about ", share));
+    if (shard == frugal::ShardMode::gradients && grad_ratio > share / 2 + static_cast<double>(args.num("slack_percent", 10)) / 100.0) {  // unsharded holds .grad and the buckets
       return fail(c10::str("gradients ", grad_ratio, "x of unsharded, expected about ", share / 2));
     }
     return 0;

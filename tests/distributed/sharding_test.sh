@@ -89,6 +89,33 @@ remote)  # to a real S3 server and back: a fresh directory on 3 ranks resumes fr
   grep -q <<<"$out" "downloaded the remote checkpoint" || fail "2 fresh ranks did not download: $out"
   cmp -s whole.txt fresh2b.txt || fail "2 fresh ranks resumed from the bucket but not bitwise equal"
   echo "ok: 2 fresh ranks resumed from the bucket, bitwise" ;;
+optim8)  # 8-bit optimizer states: sharded equals unsharded 8-bit, and a 2-rank checkpoint continues on 3 and 2
+  for setup in "2 shard=gradients optimizer=fused8" "3 shard=gradients optimizer=fused8" "3 shard=optimizer optimizer=sgd8" \
+               "2 shard=optimizer optimizer=sgd8"; do
+    set -- $setup
+    n="$1"; shift
+    out=$(launch "$n" parity "$@" hidden=64 slack_percent=30) || fail "$n processes, $*: $out"
+    expect_all "$out" "$n" "parity ok"
+    grep -m1 "parity ok" <<<"$out"
+    echo "ok: 8-bit states, $n processes, $*"
+  done
+  eight="optimizer=fused8 hidden=64"
+  out=$(launch 2 train shard=gradients batch=6 dir=whole8 max_steps=12 out=whole8.txt $eight) || fail "8-bit uninterrupted: $out"
+  out=$(launch 2 train shard=gradients batch=6 dir=split8 max_steps=6 $eight) || fail "8-bit first half: $out"
+  for target in "2 shard=gradients batch=6" "3 shard=gradients batch=4" "1 shard=off batch=12"; do
+    set -- $target
+    n="$1"; shift
+    dir="resume8-$n-$1"; rm -rf "$dir"; cp -r split8 "$dir"
+    out=$(launch "$n" train "$@" dir="$dir" max_steps=12 out="$dir.txt" $eight) || fail "8-bit resume on $n ($*): $out"
+    grep -q <<<"$out" "resuming from .*ckpt-000000006" || fail "8-bit resume on $n ($*) did not start from step 6: $out"
+    if [ "$n" = 2 ]; then
+      cmp -s whole8.txt "$dir.txt" || fail "8-bit states resumed on the same layout but not bitwise equal"
+      echo "ok: 8-bit states resumed on 2 sharded processes, bitwise"
+    else
+      close "$dir.txt" whole8.txt "8-bit states resumed on $n ($*) but the continuation differs from the uninterrupted run"
+      echo "ok: a 2-process checkpoint of 8-bit states continued on $n processes ($*)"
+    fi
+  done ;;
 damaged)
   reference
   first_half split

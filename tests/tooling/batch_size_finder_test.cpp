@@ -146,7 +146,7 @@ TEST_CASE("add_policies probes the Trainer's model, restores it and keeps the ef
   for (const auto& p : net->parameters()) CHECK_FALSE(p.grad().defined());
   const auto cache = nlohmann::json::parse(bytes_of(dir / "cache.json"));
   REQUIRE(cache.size() == 1);
-  CHECK_THAT(cache.begin().key(), Catch::Contains("|cpu|fp32|world 1|64 features|memory 40 MiB"));
+  CHECK_THAT(cache.begin().key(), Catch::Contains("|cpu|fp32|world 1|64 features|optimizer torch::optim::SGD|memory 40 MiB"));
   trainer.fit();
   CHECK(trainer.state().micro_step == 2 * options.accumulation.steps());
   // Without a probe the program cannot use it.

@@ -41,6 +41,9 @@ class OptimizerShards {
   int64_t world_size() const;
   int64_t rank() const;
   int64_t bucket_cap_bytes() const;
+  /// Elements every piece starts at a multiple of (in its parameter): the optimizer's state
+  /// block with 8-bit states, else 1. The gradient buckets must use the same.
+  int64_t element_alignment() const;
 
   /// The trained parameters in module order: what the gradient buckets must be built over.
   const std::vector<torch::Tensor>& trained() const;

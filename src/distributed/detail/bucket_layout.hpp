@@ -23,8 +23,8 @@ struct BucketEntry {
 
 struct Bucket {
   std::vector<BucketEntry> entries;  // in bucket order
-  int64_t numel = 0;                 // sum of the entries
-  int64_t padded = 0;                // numel rounded up to a multiple of the world size
+  int64_t numel = 0;                 // end of the last entry (the sum of the entries, unless aligned)
+  int64_t padded = 0;                // numel rounded up to a multiple of the world size (times the alignment)
   int64_t chunk() const;             // padded / world size: one rank's share
   int64_t world_size = 1;
 };
@@ -38,8 +38,12 @@ struct ShardPiece {
   int64_t chunk_offset;  // where it starts in the owner's chunk of the bucket
 };
 
-/// Buckets of at most `cap_bytes` (a single larger parameter gets a bucket of its own).
-std::vector<Bucket> bucket_layout(const std::vector<torch::Tensor>& params, int64_t cap_bytes, int64_t world_size);
+/// Buckets of at most `cap_bytes` (a single larger parameter gets a bucket of its own). With
+/// `alignment` > 1 every parameter starts at a multiple of it in its bucket and every rank's
+/// chunk is a multiple of it (8-bit optimizer states: a piece's blocks are the parameter's);
+/// the gaps hold zeros.
+std::vector<Bucket> bucket_layout(const std::vector<torch::Tensor>& params, int64_t cap_bytes, int64_t world_size,
+                                  int64_t alignment = 1);
 
 /// The pieces `rank` owns, in bucket order.
 std::vector<ShardPiece> pieces_of_rank(const std::vector<Bucket>& buckets, int64_t rank);
