@@ -101,6 +101,8 @@ void PortableOptimizerState::add_serialized(const std::string& bytes, const Grou
 void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const GroupSlots& slots, const c10::Device& device,
                                        const std::string& source) const {
   auto& groups = optimizer.param_groups();
+  const auto* quantizing = dynamic_cast<const QuantizedStateOptimizer*>(&optimizer);
+  const bool keep_8bit = quantizing != nullptr && quantizing->state_quantization().bits() == 8;
   if (groups.size() != slots.size()) {
     throw CheckpointError(c10::str(source, ": ", slots.size(), " parameter groups expected, the optimizer has ", groups.size()));
   }
@@ -141,7 +143,9 @@ void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const
         covered += end - begin;
         if (piece.entries.empty()) continue;
         ++with_state;
-        for (const auto& [name, value] : piece.entries) {
+        // 8-bit moments for an optimizer that keeps fp32 states: their values, which any layout can slice.
+        const auto piece_entries = keep_8bit ? piece.entries : with_fp32_moments(piece.entries);
+        for (const auto& [name, value] : piece_entries) {
           if (is_block_maxima_key(name) && value.isTensor()) {
             // Blocks are the parameter's: a piece starts on a block, so its blocks are whole ones.
             if ((begin - piece.begin) % kQuantizationBlock != 0 || (begin - slot.begin) % kQuantizationBlock != 0) {

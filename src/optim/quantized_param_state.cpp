@@ -78,6 +78,31 @@ void QuantizedParamState::serialize(torch::serialize::OutputArchive& archive) co
   }
 }
 
+std::map<std::string, c10::IValue> with_fp32_moments(const std::map<std::string, c10::IValue>& entries) {
+  std::map<std::string, c10::IValue> out;
+  const std::string codes_suffix = kCodes;
+  for (const auto& [key, value] : entries) {
+    if (is_block_maxima_key(key)) continue;  // taken with its codes
+    if (key.size() <= codes_suffix.size() || key.compare(key.size() - codes_suffix.size(), codes_suffix.size(), codes_suffix) != 0) {
+      out.emplace(key, value);
+      continue;
+    }
+    const std::string name = key.substr(0, key.size() - codes_suffix.size());
+    const auto absmax = entries.find(name + kAbsmax);
+    if (absmax == entries.end() || !value.isTensor() || !absmax->second.isTensor()) {
+      throw CheckpointError(c10::str("an 8-bit optimizer state lacks '", name, kAbsmax, "'"));
+    }
+    const detail::QuantizedValues q{value.toTensor().reshape({-1}).contiguous(), absmax->second.toTensor().reshape({-1}).contiguous()};
+    if (q.absmax.numel() != (q.codes.numel() + kQuantizationBlock - 1) / kQuantizationBlock || q.codes.scalar_type() != torch::kUInt8 ||
+        q.absmax.scalar_type() != torch::kFloat32) {
+      throw CheckpointError(c10::str("the 8-bit optimizer state '", name, "' has ", q.codes.numel(), " codes and ", q.absmax.numel(),
+                                     " block maxima"));
+    }
+    out.emplace(name, detail::dequantize_blockwise(q, name != "exp_avg_sq"));
+  }
+  return out;
+}
+
 bool is_block_maxima_key(const std::string& key) {
   const std::string suffix = kAbsmax;
   return key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;

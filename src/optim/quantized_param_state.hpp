@@ -7,6 +7,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,5 +50,10 @@ class QuantizedParamState : public torch::optim::OptimizerParamState {
 
 /// Whether an archive key names the block maxima of an 8-bit moment.
 bool is_block_maxima_key(const std::string& key);
+
+/// A state's archive entries with every 8-bit moment ("<name>_codes" and "<name>_absmax")
+/// replaced by its fp32 values under "<name>", flat; other entries as they are. Adam's exp_avg_sq
+/// is the unsigned moment, every other one signed.
+std::map<std::string, c10::IValue> with_fp32_moments(const std::map<std::string, c10::IValue>& entries);
 
 }  // namespace frugal

@@ -60,5 +60,9 @@ err=$("$exe" "${common[@]}" --model.activation_checkpointing=every:0 2>&1); rc=$
 [ "$rc" -eq 2 ] && grep -q <<<"$err" "model.activation_checkpointing" || fail "bad activation_checkpointing: exit $rc: $err"
 err=$("$exe" "${common[@]}" --model.cpu_gemm=blas 2>&1); rc=$?
 [ "$rc" -eq 2 ] && grep -q <<<"$err" "model.cpu_gemm must be one of onednn, mkl; got 'blas'" || fail "bad cpu_gemm: exit $rc: $err"
+err=$("$exe" "${common[@]}" --optimizer.state_bits=4 2>&1); rc=$?
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "'optimizer.state_bits' = 4 .*state_bits must be 32 or 8, got 4" || fail "bad state_bits: exit $rc: $err"
+err=$("$exe" "${common[@]}" --optimizer.state_bits=8 --optimizer.fused=false 2>&1); rc=$?
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "state_bits=8 needs optimizer.fused=true" || fail "8-bit unfused: exit $rc: $err"
 set -e
 echo PASS

@@ -115,7 +115,13 @@ optim8)  # 8-bit optimizer states: sharded equals unsharded 8-bit, and a 2-rank 
       close "$dir.txt" whole8.txt "8-bit states resumed on $n ($*) but the continuation differs from the uninterrupted run"
       echo "ok: a 2-process checkpoint of 8-bit states continued on $n processes ($*)"
     fi
-  done ;;
+  done
+  # The same checkpoint with fp32 states (state_bits=32) on 3 sharded processes: the 8-bit moments as their values.
+  rm -rf to32; cp -r split8 to32
+  out=$(launch 3 train shard=gradients batch=4 dir=to32 max_steps=12 optimizer=fused hidden=64) || fail "8-bit -> 32-bit states on 3: $out"
+  grep -q <<<"$out" "resuming from .*ckpt-000000006" || fail "8-bit -> 32-bit did not resume from step 6: $out"
+  expect_all "$out" 3 "stopped at step 12"
+  echo "ok: a 2-process checkpoint of 8-bit states continued with fp32 states on 3 processes" ;;
 damaged)
   reference
   first_half split

@@ -140,7 +140,7 @@ TEST_CASE("8-bit AdamW, Adam and SGD stay close to bitsandbytes' own CPU backend
   });
 }
 
-TEST_CASE("tensors below min_elements keep fp32 states, larger ones 8-bit; 32 bits is plain fused AdamW", "[optim]") {
+TEST_CASE("tensors below min_elements keep fp32 states, larger ones 8-bit, and 32 bits is plain fused AdamW", "[optim]") {
   Seeded seeded;
   auto big = torch::randn({64, 80}, torch::requires_grad());  // 5120 elements
   auto small = torch::randn({100}, torch::requires_grad());

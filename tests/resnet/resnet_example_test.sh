@@ -29,9 +29,9 @@ base=(--config "$source_dir/examples/resnet50/digits.toml" --trainer.device=cpu 
 common=("${base[@]}" "${shards[@]}")
 
 # Every policy at once from the command line: bf16 autocast, accumulation, clipping, channels-last,
-# Nesterov off, checkpoints, early stopping on top-1, the recovery ladder (idle on clean data).
+# Nesterov off, 8-bit momentum, checkpoints, early stopping on top-1, the recovery ladder (idle on clean data).
 "$exe" "${common[@]}" --trainer.max_epochs=6 --trainer.run_dir=policies --precision.mode=bf16 --accumulation.steps=2 \
-  --clipping.mode=norm --clipping.max_norm=5 --model.channels_last=true --optimizer.nesterov=false \
+  --clipping.mode=norm --clipping.max_norm=5 --model.channels_last=true --optimizer.nesterov=false --optimizer.state_bits=8 \
   --checkpoint.enabled=true --checkpoint.every_epoch=true --checkpoint.keep_last=2 \
   --early_stopping.enabled=true --early_stopping.monitor=top1 --early_stopping.mode=max \
   --early_stopping.stopping_threshold=0.5 --recovery.enabled=true > policies.log 2>&1 || fail "policies run: $(tail -3 policies.log)"
@@ -53,10 +53,10 @@ grep -q "resumed at step" second.log || fail "the second start did not resume: $
 cmp -s straight.safetensors resumed.safetensors || fail "resumed weights differ from the uninterrupted run"
 
 # Data-parallel on 2 processes (torchrun), channels-last weights and gradients through the buckets,
-# sharded optimizer state and gradients, every other residual block recomputed in backward.
+# sharded optimizer state (8-bit momentum) and gradients, every other residual block recomputed in backward.
 out=$(timeout 300 "$python" -m torch.distributed.run --standalone --nproc-per-node=2 --no-python "$exe" "${common[@]}" \
       --trainer.max_epochs=3 --trainer.run_dir=ddp --model.channels_last=true --data.num_workers=1 \
-      --distributed.shard=gradients --model.activation_checkpointing=every:2 2>&1) \
+      --distributed.shard=gradients --model.activation_checkpointing=every:2 --optimizer.state_bits=8 2>&1) \
   || fail "2-process run exited $?: $(echo "$out" | tail -3)"
 grep -q <<<"$out" "resnet: resnet18 (base 16, 10 classes, channels_last) on cpu, 2 processes, 69 steps" \
   || fail "2 processes: $(echo "$out" | grep "resnet:")"
@@ -81,6 +81,8 @@ grep -q "resnet: resnet18 (base 16, 10 classes) on cpu, 2 steps" synthetic.log |
 set +e
 err=$("$exe" "${common[@]}" --model.variant=resnet51 2>&1); rc=$?
 [ "$rc" -eq 2 ] && grep -q <<<"$err" "model.variant" || fail "bad variant: exit $rc: $err"
+err=$("$exe" "${common[@]}" --optimizer.state_bits=16 2>&1); rc=$?
+[ "$rc" -eq 2 ] && grep -q <<<"$err" "'optimizer.state_bits' = 16 .*state_bits must be 32 or 8, got 16" || fail "bad state_bits: exit $rc: $err"
 err=$("$exe" "${common[@]}" --model.activation_checkpointing=attention 2>&1); rc=$?
 [ "$rc" -eq 2 ] && grep -q <<<"$err" "model.activation_checkpointing: attention is BERT's" || fail "attention on ResNet: exit $rc: $err"
 err=$("$exe" "${base[@]}" --images.train=nowhere 2>&1); rc=$?
