@@ -152,11 +152,10 @@ void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const
               throw CheckpointError(c10::str(source, ": the 8-bit optimizer state of '", slot.name, "' is split at element ", begin,
                                              ", not at a block of ", kQuantizationBlock, ": its pieces cannot be joined"));
             }
-            const auto to_blocks = [](int64_t n) { return (n + kQuantizationBlock - 1) / kQuantizationBlock; };
             auto [it, fresh] = blocks.try_emplace(name);
-            if (fresh) it->second = torch::empty({to_blocks(slot.numel)}, value.toTensor().options());
+            if (fresh) it->second = torch::empty({detail::blocks_of(slot.numel)}, value.toTensor().options());
             const torch::Tensor source_blocks = value.toTensor().reshape({-1});
-            const int64_t first = (begin - piece.begin) / kQuantizationBlock, count = to_blocks(end - begin);
+            const int64_t first = (begin - piece.begin) / kQuantizationBlock, count = detail::blocks_of(end - begin);
             if (first + count > source_blocks.numel()) {
               throw CheckpointError(c10::str(source, ": the 8-bit optimizer state of '", slot.name, "' has ", source_blocks.numel(),
                                              " block maxima for ", piece.numel, " elements"));

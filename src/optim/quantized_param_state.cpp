@@ -12,6 +12,19 @@ namespace frugal {
 namespace {
 constexpr const char* kCodes = "_codes";
 constexpr const char* kAbsmax = "_absmax";
+
+// One moment's two archive entries, checked: uint8 codes, and one fp32 maximum per block of them.
+detail::QuantizedValues checked_moment(const std::string& name, const c10::IValue& codes, const c10::IValue& absmax) {
+  if (!codes.isTensor() || !absmax.isTensor()) throw CheckpointError(c10::str("the 8-bit optimizer state '", name, "' is not two tensors"));
+  detail::QuantizedValues m{codes.toTensor().reshape({-1}).contiguous(), absmax.toTensor().reshape({-1}).contiguous()};
+  const int64_t blocks = detail::blocks_of(m.codes.numel());
+  if (m.codes.scalar_type() != torch::kUInt8 || m.absmax.scalar_type() != torch::kFloat32 || m.absmax.numel() != blocks) {
+    throw CheckpointError(c10::str("the 8-bit optimizer state '", name, "' has ", m.codes.numel(), " codes (", m.codes.scalar_type(), ") and ",
+                                   m.absmax.numel(), " block maxima (", m.absmax.scalar_type(), "); expected uint8 codes and ", blocks,
+                                   " fp32 maxima"));
+  }
+  return m;
+}
 }  // namespace
 
 QuantizedParamState::QuantizedParamState(int64_t step, std::vector<detail::QuantizedValues> moments, std::vector<MomentSpec> specs)
@@ -20,7 +33,7 @@ QuantizedParamState::QuantizedParamState(int64_t step, std::vector<detail::Quant
 }
 
 std::unique_ptr<QuantizedParamState> QuantizedParamState::zeros(const torch::Tensor& param, const std::vector<MomentSpec>& specs) {
-  const int64_t n = param.numel(), blocks = (n + kQuantizationBlock - 1) / kQuantizationBlock;
+  const int64_t n = param.numel(), blocks = detail::blocks_of(n);
   std::vector<detail::QuantizedValues> moments;
   for (size_t i = 0; i < specs.size(); ++i) {
     moments.push_back({torch::zeros({n}, param.options().dtype(torch::kUInt8)), torch::zeros({blocks}, param.options().dtype(torch::kFloat32))});
@@ -36,25 +49,16 @@ std::unique_ptr<QuantizedParamState> QuantizedParamState::read(torch::serialize:
     if (!has_codes && !has_absmax) {
       if (moments.empty()) continue;  // an fp32 state has none
     }
-    if (!has_codes || !has_absmax || !codes.isTensor() || !absmax.isTensor()) {
+    if (!has_codes || !has_absmax) {
       throw CheckpointError(c10::str("an 8-bit optimizer state lacks '", spec.name, has_codes ? kAbsmax : kCodes, "'"));
     }
-    moments.push_back({codes.toTensor().reshape({-1}).contiguous(), absmax.toTensor().reshape({-1}).contiguous()});
+    moments.push_back(checked_moment(spec.name, codes, absmax));
   }
   if (moments.empty()) return nullptr;
   if (moments.size() != specs.size()) throw CheckpointError(c10::str("an 8-bit optimizer state lacks '", specs.front().name, kCodes, "'"));
   c10::IValue step;
   int64_t steps = 0;
   if (entry.try_read("step", step)) steps = step.isTensor() ? step.toTensor().item<int64_t>() : step.toInt();
-  for (size_t i = 0; i < moments.size(); ++i) {
-    const auto& m = moments[i];
-    const int64_t blocks = (m.codes.numel() + kQuantizationBlock - 1) / kQuantizationBlock;
-    if (m.codes.scalar_type() != torch::kUInt8 || m.absmax.scalar_type() != torch::kFloat32 || m.absmax.numel() != blocks) {
-      throw CheckpointError(c10::str("the 8-bit optimizer state '", specs[i].name, "' has ", m.codes.numel(), " codes (", m.codes.scalar_type(),
-                                     ") and ", m.absmax.numel(), " block maxima (", m.absmax.scalar_type(), "); expected uint8 codes and ",
-                                     blocks, " fp32 maxima"));
-    }
-  }
   return std::make_unique<QuantizedParamState>(steps, std::move(moments), specs);
 }
 
@@ -89,16 +93,8 @@ std::map<std::string, c10::IValue> with_fp32_moments(const std::map<std::string,
     }
     const std::string name = key.substr(0, key.size() - codes_suffix.size());
     const auto absmax = entries.find(name + kAbsmax);
-    if (absmax == entries.end() || !value.isTensor() || !absmax->second.isTensor()) {
-      throw CheckpointError(c10::str("an 8-bit optimizer state lacks '", name, kAbsmax, "'"));
-    }
-    const detail::QuantizedValues q{value.toTensor().reshape({-1}).contiguous(), absmax->second.toTensor().reshape({-1}).contiguous()};
-    if (q.absmax.numel() != (q.codes.numel() + kQuantizationBlock - 1) / kQuantizationBlock || q.codes.scalar_type() != torch::kUInt8 ||
-        q.absmax.scalar_type() != torch::kFloat32) {
-      throw CheckpointError(c10::str("the 8-bit optimizer state '", name, "' has ", q.codes.numel(), " codes and ", q.absmax.numel(),
-                                     " block maxima"));
-    }
-    out.emplace(name, detail::dequantize_blockwise(q, name != "exp_avg_sq"));
+    if (absmax == entries.end()) throw CheckpointError(c10::str("an 8-bit optimizer state lacks '", name, kAbsmax, "'"));
+    out.emplace(name, detail::dequantize_blockwise(checked_moment(name, value, absmax->second), name != "exp_avg_sq"));
   }
   return out;
 }

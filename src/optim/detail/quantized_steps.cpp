@@ -94,7 +94,7 @@ const CpuMap& cpu_map(bool is_signed) {
   return is_signed ? signed_map : unsigned_map;
 }
 
-int64_t blocks_of(int64_t numel) { return (numel + kQuantizationBlock - 1) / kQuantizationBlock; }
+static_assert(kQuantizationBlock == 256, "blocks_of in quantized_steps.hpp counts blocks of 256");
 
 // Blocks per parallel task: 4096 elements, above ATen's grain for cheap elementwise work.
 constexpr int64_t kBlocksPerTask = 16;

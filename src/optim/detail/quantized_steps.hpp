@@ -12,6 +12,9 @@ namespace frugal::detail {
 /// (signed) or [0, 1], made by the same ATen operations, so equal to bitsandbytes' bit for bit.
 const torch::Tensor& dynamic_map(bool is_signed);
 
+/// Quantization blocks over `numel` elements (the last one may be partial).
+inline int64_t blocks_of(int64_t numel) { return (numel + 255) / 256; }
+
 /// One 8-bit state tensor: a code a value, and one absolute maximum a block.
 struct QuantizedValues {
   torch::Tensor codes;   // uint8, the values' number of elements
