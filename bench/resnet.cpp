@@ -2,7 +2,8 @@
 // - decode: JPEG decode + RandomResizedCrop + flip to 224x224, images per second on ONE core,
 //   with DCT-scaled decoding against full-size decoding (goal >= 400 img/s/core; FFCV reports
 //   ~326 per vCPU); plus the validation transform; then region-of-interest decoding against
-//   decoding the whole (DCT-scaled) image (data.jpeg_train_decode_roi, goal >= 1.5);
+//   decoding the whole (DCT-scaled) image (data.jpeg_train_decode_roi, goal >= 1.5), on JPEGs as
+//   encoded and as frugal-data convert rewrites them with restart markers (..._roi_restart);
 // - train-step: a Frugal Trainer training ResNet (variant, side, batch) on CPU against torchvision
 //   trained eagerly in Python with the same settings and thread count, alternating 5 rounds
 //   (medians; one untimed warm-up step on each side).
@@ -91,20 +92,50 @@ int decode(const std::string& results) {
   frugal::bench::append(results, l);
   std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", l.name.c_str(), l.value, l.baseline, l.ratio());
   // Region-of-interest decoding: only the crop's rows and MCU columns, against decoding the whole
-  // (DCT-scaled) image, same crops, alternating rounds.
-  std::vector<double> roi, whole;
+  // (DCT-scaled) image, same crops, alternating rounds. Twice: the JPEGs as encoded (no restart
+  // markers, as most cameras and ImageNet write them), and as frugal-data convert stores them
+  // (rewritten losslessly with a restart marker per MCU: only the crop is entropy-decoded).
+  std::vector<std::string> converted;
+  int64_t converted_bytes = 0;
+  for (const auto& j : jpegs) {
+    converted.push_back(frugal::add_jpeg_restart_markers(j, "bench.jpg"));
+    converted_bytes += static_cast<int64_t>(converted.back().size());
+  }
+  std::vector<double> roi, whole, roi_restart, whole_restart;
   for (int round = 0; round < 5; ++round) {
     roi.push_back(images_per_second(jpegs, train));
     whole.push_back(images_per_second(jpegs, frugal::ImageTransformOptions(train).roi_decode(false)));
+    roi_restart.push_back(images_per_second(converted, train));
+    whole_restart.push_back(images_per_second(converted, frugal::ImageTransformOptions(train).roi_decode(false)));
   }
   const Result d{"data.jpeg_train_decode_roi", frugal::bench::median(roi), "img/s/core", frugal::bench::median(whole), command};
   frugal::bench::append(results, d);
   std::printf("%s: decode+RandomResizedCrop+flip 224 with region decoding %.0f img/s/core vs %.0f whole image (x%.2f; goal >= 1.5)\n",
               d.name.c_str(), d.value, d.baseline, d.ratio());
+  const Result dr{"data.jpeg_train_decode_roi_restart", frugal::bench::median(roi_restart), "img/s/core",
+                  frugal::bench::median(whole_restart), command};
+  frugal::bench::append(results, dr);
+  std::printf("%s: the same on the JPEGs rewritten with restart markers: %.0f img/s/core vs %.0f whole image (x%.2f; goal >= 1.5)\n",
+              dr.name.c_str(), dr.value, dr.baseline, dr.ratio());
+  const Result dc{"data.jpeg_restart_whole_decode", frugal::bench::median(whole_restart), "img/s/core", frugal::bench::median(whole),
+                  command};
+  frugal::bench::append(results, dc);
+  std::printf("%s: whole-image path on the rewritten JPEGs %.0f img/s/core vs %.0f as encoded (x%.2f)\n", dc.name.c_str(), dc.value,
+              dc.baseline, dc.ratio());
+  const Result db{"data.jpeg_restart_bytes", static_cast<double>(converted_bytes) / 32 / 1024, "KB", static_cast<double>(bytes) / 32 / 1024,
+                  command};
+  frugal::bench::append(results, db);
+  std::printf("%s: %.1f KB per rewritten JPEG vs %.1f as encoded (x%.3f)\n", db.name.c_str(), db.value, db.baseline, db.ratio());
   const Result dl{"data.jpeg_train_decode_roi_1600x1200", images_per_second(large, train), "img/s/core",
                   images_per_second(large, frugal::ImageTransformOptions(train).roi_decode(false)), command};
   frugal::bench::append(results, dl);
   std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", dl.name.c_str(), dl.value, dl.baseline, dl.ratio());
+  std::vector<std::string> large_converted;
+  for (const auto& j : large) large_converted.push_back(frugal::add_jpeg_restart_markers(j, "bench.jpg"));
+  const Result dlr{"data.jpeg_train_decode_roi_restart_1600x1200", images_per_second(large_converted, train), "img/s/core",
+                   images_per_second(large_converted, frugal::ImageTransformOptions(train).roi_decode(false)), command};
+  frugal::bench::append(results, dlr);
+  std::printf("%s: %.0f img/s/core vs %.0f (x%.2f)\n", dlr.name.c_str(), dlr.value, dlr.baseline, dlr.ratio());
   const auto val_fast = frugal::ImageTransformOptions(val).dct_scaling(true);
   const Result dv{"data.jpeg_val_decode_roi_dct", images_per_second(jpegs, val_fast), "img/s/core",
                   images_per_second(jpegs, frugal::ImageTransformOptions(val).dct_scaling(false)), command};
@@ -130,6 +161,13 @@ int decode_stages() {
   };
   timeit("whole decode full size", [&](int i) { frugal::decode_jpeg(jpegs[i], "x"); });
   timeit("region decode full size", [&](int i) { frugal::decode_jpeg_region(jpegs[i], "x", boxes[i]); });
+  std::vector<std::string> converted;
+  for (const auto& j : jpegs) converted.push_back(frugal::add_jpeg_restart_markers(j, "x"));
+  timeit("whole decode full size, restart markers", [&](int i) { frugal::decode_jpeg(converted[i], "x"); });
+  timeit("region decode full size, restart markers", [&](int i) { frugal::decode_jpeg_region(converted[i], "x", boxes[i]); });
+  // The floor without restart markers: a one-pixel box in the last row needs all of the entropy decoding.
+  timeit("entropy decoding alone (a one-pixel region in the last row)",
+         [&](int i) { frugal::decode_jpeg_region(jpegs[i], "x", {499, 374, 1, 1}); });
   timeit("region decode dct", [&](int i) {
     const auto& b = boxes[i];
     frugal::decode_jpeg_region(jpegs[i], "x", b, (500 * 224 + b.width - 1) / b.width, (375 * 224 + b.height - 1) / b.height); });

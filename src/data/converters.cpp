@@ -57,7 +57,7 @@ const nlohmann::json& member(const nlohmann::json& object, const std::string& ke
 
 }  // namespace
 
-ConvertResult convert_image_folder(const fs::path& root, ShardWriter& out) {
+ConvertResult convert_image_folder(const fs::path& root, ShardWriter& out, const ImageFolderConvertOptions& options) {
   ImageFolderListing listing = list_image_folder(root);
   ConvertResult result;
   result.classes = std::move(listing.classes);
@@ -73,9 +73,17 @@ ConvertResult convert_image_folder(const fs::path& root, ShardWriter& out) {
         result.skipped.push_back(e.what());
         continue;
       }
+      if (options.restart_markers()) {
+        try {
+          bytes = add_jpeg_restart_markers(bytes, file.string());
+        } catch (const DataError& e) {  // stored as it is: training decides what a corrupt image means
+          result.warnings.push_back(c10::str(e.what(), "; stored as it is, without restart markers"));
+        }
+      }
     }
     out.write({sample_key(result.samples++), {{ext, std::move(bytes)}, {"cls", std::to_string(label)}}});
   }
+  for (const auto& warning : result.warnings) log::warn(warning);
   result.shards = out.finish();
   detail::write_file_synced(result.shards.front().path.parent_path() / "classes.json", nlohmann::json(result.classes).dump(1));
   return result;

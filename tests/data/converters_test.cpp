@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/fixtures.hpp"
+#include "support/images.hpp"
 #include "support/python_reference.hpp"
 #include "support/source_dir.hpp"
 
@@ -70,6 +71,31 @@ TEST_CASE("an image folder becomes shards with class indices in sorted folder or
   fs::create_directories(dir / "empty" / "a");
   ShardWriter none(dir / "none");
   CHECK_THROWS_WITH(convert_image_folder(dir / "empty", none), Catch::Contains("hold no images"));
+}
+
+TEST_CASE("converted JPEGs get restart markers losslessly unless switched off, and a corrupt one is stored as it is with a warning", "[data]") {
+  const auto dir = scratch_dir("convert_restart");
+  const std::string photo = encode_jpeg(test_image(200, 150), 90);
+  const std::string truncated = photo.substr(0, photo.size() / 2);  // a readable header, half the data
+  write_text(dir / "images" / "a" / "1photo.jpg", photo);
+  write_text(dir / "images" / "a" / "2truncated.jpg", truncated);
+  ShardWriter out(dir / "shards");
+  const auto result = convert_image_folder(dir / "images", out);
+  REQUIRE(result.samples == 2);
+  REQUIRE(result.warnings.size() == 1);
+  CHECK_THAT(result.warnings[0], Catch::Contains("2truncated.jpg") && Catch::Contains("stored as it is"));
+  const auto samples = read_all(dir / "shards");
+  REQUIRE(samples.size() == 2);
+  const std::string stored(samples[0].field("jpg"));
+  CHECK(stored != photo);
+  CHECK(stored.find("\xFF\xDD") != std::string::npos);  // the restart interval's marker
+  CHECK(torch::equal(decode_jpeg(stored, "stored.jpg"), decode_jpeg(photo, "photo.jpg")));
+  CHECK(std::string(samples[1].field("jpg")) == truncated);
+
+  ShardWriter kept(dir / "kept");
+  const auto as_is = convert_image_folder(dir / "images", kept, ImageFolderConvertOptions().restart_markers(false));
+  CHECK(as_is.warnings.empty());
+  CHECK(std::string(read_all(dir / "kept")[0].field("jpg")) == photo);
 }
 
 TEST_CASE("JSONL and SQuAD files become one JSON sample per line or question, and bad input names line or JSON path", "[data]") {

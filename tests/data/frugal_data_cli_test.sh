@@ -42,9 +42,17 @@ cp "$jpegs/grey.jpg" images/dog/b.jpg
 head -c 1000 "$jpegs/rgb.jpg" > images/cat/truncated.jpg
 : > images/dog/empty.jpg
 echo "not a picture" > images/dog/text.jpg
-"$tool" convert --from imagefolder images ishards > iconvert.out
+"$tool" convert --from imagefolder images ishards > iconvert.out 2>&1
 grep -q "wrote 3 samples" iconvert.out || fail "image convert: $(cat iconvert.out)"
 grep -q "skipped .*dog/empty.jpg" iconvert.out && grep -q "skipped .*dog/text.jpg" iconvert.out || fail "skips: $(cat iconvert.out)"
+# JPEGs are rewritten with restart markers (the same pixels), the truncated one stored as it is
+# with a warning naming it; --no-restart-markers stores every file's bytes unchanged.
+grep -q "cat/truncated.jpg.*corrupt JPEG.*stored as it is" iconvert.out || fail "rewrite warning: $(cat iconvert.out)"
+tar -xOf ishards/shard-000000.tar 000000000.jpg > stored_a.jpg
+cmp -s stored_a.jpg images/cat/a.jpg && fail "convert kept a.jpg's bytes: no restart markers"
+tar -xOf ishards/shard-000000.tar 000000001.jpg | cmp -s - images/cat/truncated.jpg || fail "the truncated JPEG was not stored as it is"
+"$tool" convert --from imagefolder --no-restart-markers images ishards_plain > iplain.out 2>&1 || fail "convert --no-restart-markers: $(cat iplain.out)"
+tar -xOf ishards_plain/shard-000000.tar 000000000.jpg | cmp -s - images/cat/a.jpg || fail "--no-restart-markers changed a.jpg"
 "$tool" verify ishards > iverify.out || fail "verify without --decode reads members only: $(cat iverify.out)"
 set +e
 "$tool" verify --decode ishards > idecode.out; rc=$?

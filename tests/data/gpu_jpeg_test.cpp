@@ -70,7 +70,10 @@ TEST_CASE("nvJPEG decodes as libjpeg-turbo does, batched and one by one, with th
   if (skip_without_gpu_decoding()) return;
   std::vector<std::string> jpegs{encode_jpeg(test_image(500, 375, 1), 90), encode_jpeg(test_image(333, 517, 2), 85),
                                  encode_jpeg(test_image(301, 211, 3).select(2, 0).contiguous(), 90), corpus("progressive.jpg"),
-                                 corpus("cmyk.jpg"), corpus("rgb.jpg")};
+                                 corpus("cmyk.jpg"), corpus("rgb.jpg"),
+                                 // as frugal-data convert stores them: a restart marker per MCU, and per row
+                                 add_jpeg_restart_markers(encode_jpeg(test_image(500, 375, 4), 90), "restart.jpg"),
+                                 corpus("restart_rows.jpg")};
   std::vector<std::string_view> views(jpegs.begin(), jpegs.end());
   std::vector<std::string> names;
   for (size_t i = 0; i < jpegs.size(); ++i) names.push_back(c10::str("image", i, ".jpg"));

@@ -207,6 +207,14 @@ std::vector<CropBox> region_boxes(int64_t width, int64_t height) {
           {width - 1, height - 1, 1, 1}};                        // one pixel
 }
 
+// Where a region decode's `region` (asked for as `box`) lies in a whole decode of the same JPEG at the same scale.
+torch::Tensor same_box_of_whole(const torch::Tensor& whole, const JpegSize& full, const CropBox& box, const CropBox& r) {
+  const double sx = static_cast<double>(whole.size(1)) / full.width, sy = static_cast<double>(whole.size(0)) / full.height;
+  const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(box.x) * sx));
+  const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(box.y) * sy));
+  return whole.slice(0, y0, y0 + r.height).slice(1, x0, x0 + r.width);
+}
+
 }  // namespace
 
 TEST_CASE("region decoding gives a whole decode's pixels in the region, DCT-scaled or not, colour, grey or CMYK", "[transforms][roi]") {
@@ -230,11 +238,8 @@ TEST_CASE("region decoding gives a whole decode's pixels in the region, DCT-scal
         REQUIRE(r.y + r.height <= region.image.size(0));
         // The same box in the whole decode: where it starts in the image, region.image's column 0
         // is the MCU column the region decoder began at.
-        const double sx = static_cast<double>(whole.size(1)) / full.width, sy = static_cast<double>(whole.size(0)) / full.height;
-        const auto x0 = static_cast<int64_t>(std::floor(static_cast<double>(box.x) * sx));
-        const auto y0 = static_cast<int64_t>(std::floor(static_cast<double>(box.y) * sy));
         const torch::Tensor ours = region.image.slice(0, r.y, r.y + r.height).slice(1, r.x, r.x + r.width);
-        const torch::Tensor theirs = whole.slice(0, y0, y0 + r.height).slice(1, x0, x0 + r.width);
+        const torch::Tensor theirs = same_box_of_whole(whole, full, box, r);
         REQUIRE(ours.sizes() == theirs.sizes());
         // Only chroma upsampled at the region's left edge may differ.
         CHECK(mean_abs_difference(ours, theirs) < 0.6);
@@ -250,6 +255,98 @@ TEST_CASE("region decoding gives a whole decode's pixels in the region, DCT-scal
   }
   CHECK_THROWS_AS(decode_jpeg_region("not a jpeg", "x.jpg", {0, 0, 1, 1}), DataError);
   CHECK_THROWS_WITH(decode_jpeg_region(jpeg, "x.jpg", {390, 0, 20, 10}), Catch::Contains("outside the 400x300 image"));
+}
+
+namespace {
+
+// The JPEGs of the restart-marker tests: 4:2:0, 4:2:2, 4:4:4, grey, CMYK, progressive, and one
+// that Pillow (libjpeg) wrote with a restart marker per MCU row.
+std::vector<std::pair<std::string, std::string>> restart_test_images() {
+  const fs::path corpus = fs::path(source_dir()) / "tests" / "fuzz" / "corpus" / "jpeg";
+  std::vector<std::pair<std::string, std::string>> images{{"photo 500x375 4:2:0", encode_jpeg(test_image(500, 375), 90)},
+                                                          {"photo 333x517 4:2:0", encode_jpeg(test_image(333, 517, 4), 85)},
+                                                          {"grey 301x211", encode_jpeg(test_image(301, 211, 5).select(2, 1).contiguous(), 90)}};
+  for (const char* file : {"rgb422.jpg", "rgb444.jpg", "cmyk.jpg", "progressive.jpg", "restart_rows.jpg"}) {
+    images.emplace_back(file, bytes_of(corpus / file));
+  }
+  return images;
+}
+
+}  // namespace
+
+TEST_CASE("restart markers: a lossless rewrite, then regions cut at the markers equal a whole decode exactly", "[transforms][roi]") {
+  for (const auto& [name, jpeg] : restart_test_images()) {
+    const JpegSize full = jpeg_size(jpeg, name);
+    for (const int interval : {1, 2, 3}) {
+      const std::string rewritten = add_jpeg_restart_markers(jpeg, name, interval);
+      INFO(name << ", a restart marker every " << interval << " MCUs: " << jpeg.size() << " -> " << rewritten.size() << " bytes");
+      // Lossless: the same pixels, whole and DCT-scaled.
+      const torch::Tensor whole = decode_jpeg(rewritten, name);
+      REQUIRE(torch::equal(whole, decode_jpeg(jpeg, name)));
+      CHECK(torch::equal(decode_jpeg(rewritten, name, 40, 40), decode_jpeg(jpeg, name, 40, 40)));
+      std::vector<CropBox> boxes = region_boxes(full.width, full.height);
+      // Edges on the MCU grid (8 and 16 pixels), where upsampling reaches into the next MCU.
+      boxes.insert(boxes.end(), {{16, 16, 32, 32}, {8, 8, 40, 24}, {32, 16, 48, 32}, {0, 16, 16, 16}});
+      for (const CropBox& box : boxes) {
+        for (const int min_side : {0, 40}) {
+          INFO("box " << box.x << "," << box.y << " " << box.width << "x" << box.height << " min side " << min_side);
+          const torch::Tensor scaled_whole = min_side == 0 ? whole : decode_jpeg(rewritten, name, min_side, min_side);
+          const DecodedRegion region = decode_jpeg_region(rewritten, name, box, min_side, min_side);
+          CHECK(region.scaled_width == scaled_whole.size(1));
+          CHECK(region.scaled_height == scaled_whole.size(0));
+          const CropBox& r = region.region;
+          REQUIRE(r.x + r.width <= region.image.size(1));
+          REQUIRE(r.y + r.height <= region.image.size(0));
+          const torch::Tensor ours = region.image.slice(0, r.y, r.y + r.height).slice(1, r.x, r.x + r.width);
+          const torch::Tensor theirs = same_box_of_whole(scaled_whole, full, box, r);
+          REQUIRE(ours.sizes() == theirs.sizes());
+          // Cut at the markers, with the upsampling's context: every pixel equal.
+          CHECK(torch::equal(ours, theirs));
+        }
+      }
+      // The cut is what decoded (a box in the middle of a large enough image): the image holds
+      // the box's whole MCU rows, where decoding without markers returns the box's rows only.
+      if (interval == 1 && full.width >= 300) {
+        const CropBox middle{full.width / 4, full.height / 4, full.width / 2, full.height / 2};
+        const DecodedRegion cut = decode_jpeg_region(rewritten, name, middle);
+        CHECK(cut.region.y > 0);
+        CHECK(cut.image.size(0) > middle.height);
+        CHECK(cut.image.size(0) <= middle.height + 4 * 16);
+        CHECK(cut.image.size(1) <= middle.width + 4 * 16);
+        CHECK(cut.image.size(0) < full.height);
+        CHECK(decode_jpeg_region(jpeg, name, middle).image.size(0) == middle.height);
+      }
+    }
+  }
+  // Pillow's file has its markers per MCU row: cut by rows (it was written with them, not by us).
+  const std::string rows = bytes_of(fs::path(source_dir()) / "tests" / "fuzz" / "corpus" / "jpeg" / "restart_rows.jpg");
+  const DecodedRegion by_rows = decode_jpeg_region(rows, "restart_rows.jpg", {30, 20, 20, 10});
+  CHECK(by_rows.image.size(0) < 61);
+  CHECK(by_rows.image.size(1) == 97);  // whole rows: the intervals span them
+
+  // Damage: a file truncated below the region, or one missing a marker, is not cut silently wrong.
+  const std::string rewritten = add_jpeg_restart_markers(encode_jpeg(test_image(400, 300), 90), "n01/cut.jpg");
+  for (const size_t keep : {rewritten.size() - 2, rewritten.size() * 2 / 3}) {
+    INFO("kept " << keep << " of " << rewritten.size() << " bytes");
+    CHECK_THROWS_WITH(decode_jpeg_region(rewritten.substr(0, keep), "n01/cut.jpg", {10, 10, 50, 40}), Catch::Contains("n01/cut.jpg"));
+  }
+  std::string missing = rewritten;
+  const size_t third = missing.find("\xFF\xD2", missing.find("\xFF\xDA"));  // the third restart marker
+  REQUIRE(third != std::string::npos);
+  missing.erase(third, 2);
+  const CropBox box{200, 150, 100, 100};
+  const DecodedRegion damaged = decode_jpeg_region(missing, "n01/missing.jpg", box);
+  CHECK(damaged.image.size(0) == box.height);  // not cut: the intervals no longer add up, decoded as without markers
+  const torch::Tensor ours = damaged.image.slice(0, damaged.region.y, damaged.region.y + box.height)
+                                 .slice(1, damaged.region.x, damaged.region.x + box.width);
+  CHECK(mean_abs_difference(ours, same_box_of_whole(decode_jpeg(missing, "x.jpg"), {400, 300, false}, box, damaged.region)) < 0.6);
+
+  // Refusals name the file; a corrupt JPEG is not rewritten into a "repaired" one.
+  CHECK_THROWS_WITH(add_jpeg_restart_markers("not a jpeg", "n01/bad.jpg"), Catch::Contains("n01/bad.jpg"));
+  const std::string plain = encode_jpeg(test_image(400, 300), 90);
+  CHECK_THROWS_WITH(add_jpeg_restart_markers(plain.substr(0, plain.size() / 2), "n01/half.jpg"),
+                    Catch::Contains("n01/half.jpg") && Catch::Contains("corrupt JPEG"));
+  CHECK_THROWS_WITH(add_jpeg_restart_markers(plain, "x.jpg", 0), Catch::Contains("mcus_per_interval"));
 }
 
 TEST_CASE("training crops decoded by region equal the whole-image path and torchvision's resized_crop, per box shape", "[transforms][roi][python]") {

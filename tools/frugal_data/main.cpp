@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
   convert->add_option("--from", from, "Source layout")->required()->check(CLI::IsMember({"imagefolder", "jsonl", "squad"}));
   convert->add_option("input", input, "Folder of class folders, or the .jsonl / SQuAD .json file")->required();
   convert->add_option("output", output, "Directory for the shards")->required();
+  bool restart_markers = true;
+  convert->add_flag("--restart-markers,!--no-restart-markers", restart_markers,
+                    "Rewrite JPEGs losslessly with a restart marker per MCU, so crops decode only their part (imagefolder)")
+      ->capture_default_str();
   add_writer_flags(convert);
 
   auto* augment = app.add_subcommand("augment", "Precompute K augmented variants of each sample");
@@ -134,7 +138,8 @@ int main(int argc, char** argv) {
   try {
     if (convert->parsed()) {
       frugal::ShardWriter out(output, writer_options());
-      const frugal::ConvertResult r = from == "imagefolder" ? frugal::convert_image_folder(input, out)
+      const frugal::ConvertResult r =
+          from == "imagefolder" ? frugal::convert_image_folder(input, out, frugal::ImageFolderConvertOptions().restart_markers(restart_markers))
                                       : from == "jsonl"     ? frugal::convert_jsonl(input, out)
                                                             : frugal::convert_squad(input, out);
       for (const auto& why : r.skipped) std::printf("skipped %s\n", why.c_str());

@@ -6,45 +6,24 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 // jpeglib.h needs size_t and FILE declared first.
 #include <jpeglib.h>
-#include <jerror.h>
 
 #include "data/image/detail/jpeg_scaling.hpp"
+#include "data/image/detail/libjpeg_errors.hpp"
+#include "data/image/detail/restart_crop.hpp"
 #include "frugal/data/image/jpeg.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
 namespace {
 
-struct ErrorManager {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-  bool truncated;  // "Premature end of JPEG file": the data ran out
-};
-
-extern "C" void on_error(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// Warnings such as extraneous bytes before a marker are common in real photos and harmless
-// (Pillow and the whole-image decoder accept them); running out of data is not.
-extern "C" void on_message(j_common_ptr cinfo, int level) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  if (level >= 0) return;  // trace messages
-  if (cinfo->err->msg_code == JWRN_JPEG_EOF && !err->truncated) {
-    err->truncated = true;
-    (*cinfo->err->format_message)(cinfo, err->message);
-  }
-}
-
 struct Plan {
   int denom = 1;
   bool cmyk = false;
+  bool whole = false;  // decode every pixel (of a restart cut); otherwise skip and crop to the box
   CropBox box;  // in scaled pixels
   // Set by start(): the first output column and the width after jpeg_crop_scanline.
   JDIMENSION x_offset = 0;
@@ -56,7 +35,7 @@ struct Plan {
 };
 
 // Phase 1: header, scaling, output colour space, start, column crop. False: err->message says why.
-bool start(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char* data, size_t size, Plan* plan) {
+bool start(jpeg_decompress_struct* cinfo, detail::LibjpegErrors* err, const unsigned char* data, size_t size, Plan* plan) {
   if (setjmp(err->jump) != 0) return false;
   jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(cinfo, TRUE);
@@ -76,23 +55,31 @@ bool start(jpeg_decompress_struct* cinfo, ErrorManager* err, const unsigned char
                   cinfo->output_width, cinfo->output_height);
     return false;
   }
+  if (plan->whole) {
+    plan->width = cinfo->output_width;
+    return true;
+  }
   plan->x_offset = static_cast<JDIMENSION>(plan->box.x);
   plan->width = static_cast<JDIMENSION>(plan->box.width);
   if (plan->width < cinfo->output_width) jpeg_crop_scanline(cinfo, &plan->x_offset, &plan->width);  // to whole MCU columns
   return true;
 }
 
+// The rows decoded into the output: the box's, or all of a restart cut's.
+int64_t first_row(const Plan& plan) { return plan.whole ? 0 : plan.box.y; }
+int64_t row_count(const Plan& plan) { return plan.whole ? static_cast<int64_t>(plan.scaled_height) : plan.box.height; }
+
 // Phase 2: skip the rows above the box, read its rows into `out` (rows of `stride` bytes).
-bool read_rows(jpeg_decompress_struct* cinfo, ErrorManager* err, Plan* plan, unsigned char* out, size_t stride) {
+bool read_rows(jpeg_decompress_struct* cinfo, detail::LibjpegErrors* err, Plan* plan, unsigned char* out, size_t stride) {
   if (setjmp(err->jump) != 0) return false;
-  auto skip = static_cast<JDIMENSION>(plan->box.y);
+  auto skip = static_cast<JDIMENSION>(first_row(*plan));
   while (skip > 0) {
     const JDIMENSION skipped = jpeg_skip_scanlines(cinfo, skip);
     if (skipped == 0) break;
     skip -= skipped;
   }
   if (skip == 0) {
-    while (plan->rows_read < plan->box.height) {
+    while (plan->rows_read < row_count(*plan)) {
       JSAMPROW line = out + static_cast<size_t>(plan->rows_read) * stride;
       const JDIMENSION got = jpeg_read_scanlines(cinfo, &line, 1);
       if (got == 0) break;  // a memory source never suspends; the caller reports a short read
@@ -126,28 +113,45 @@ DecodedRegion decode_jpeg_region(std::string_view bytes, const std::string& wher
   const int scaled_width = detail::scaled_size(full.width, {1, plan.denom});
   const int scaled_height = detail::scaled_size(full.height, {1, plan.denom});
   plan.box = detail::scale_box(region, full.width, full.height, scaled_width, scaled_height);
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+
+  // With restart markers: decode a JPEG of just the intervals around the box, whole (all of the
+  // original when the box needs every interval: exact too, where skipping is not). Its origin
+  // is a multiple of the MCU size (8 x the sampling factor), so of the scaling's denominator too.
+  const CropBox needed{plan.box.x * plan.denom, plan.box.y * plan.denom,
+                       std::min<int64_t>(full.width, (plan.box.x + plan.box.width) * plan.denom) - plan.box.x * plan.denom,
+                       std::min<int64_t>(full.height, (plan.box.y + plan.box.height) * plan.denom) - plan.box.y * plan.denom};
+  const std::optional<detail::RestartCrop> cut = detail::restart_crop(data, bytes.size(), needed);
+  const unsigned char* source = data;
+  size_t source_size = bytes.size();
+  if (cut) {
+    if (!cut->jpeg.empty()) {
+      source = reinterpret_cast<const unsigned char*>(cut->jpeg.data());
+      source_size = cut->jpeg.size();
+    }
+    plan.whole = true;
+    plan.box.x -= cut->x / plan.denom;
+    plan.box.y -= cut->y / plan.denom;
+  }
 
   jpeg_decompress_struct cinfo{};
-  ErrorManager err{};
-  cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = on_error;
-  err.pub.emit_message = on_message;
+  detail::LibjpegErrors err{};
+  detail::use_libjpeg_errors(reinterpret_cast<j_common_ptr>(&cinfo), &err);
   jpeg_create_decompress(&cinfo);
-  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   auto failed = [&]() -> DataError {
     jpeg_destroy_decompress(&cinfo);
     return DataError(where, -1, std::string("corrupt JPEG: ") + err.message);
   };
-  if (!start(&cinfo, &err, data, bytes.size(), &plan)) throw failed();
+  if (!start(&cinfo, &err, source, source_size, &plan)) throw failed();
   const int channels = plan.cmyk ? 4 : 3;
-  torch::Tensor out = torch::empty({plan.box.height, static_cast<int64_t>(plan.width), channels}, torch::kUInt8);
+  torch::Tensor out = torch::empty({row_count(plan), static_cast<int64_t>(plan.width), channels}, torch::kUInt8);
   if (!read_rows(&cinfo, &err, &plan, out.data_ptr<uint8_t>(), static_cast<size_t>(plan.width) * channels)) throw failed();
-  if (!err.truncated && plan.rows_read < plan.box.height) {
+  if (!err.truncated && plan.rows_read < row_count(plan)) {
     std::snprintf(err.message, sizeof err.message, "only %lld of the region's %lld rows decoded",
-                  static_cast<long long>(plan.rows_read), static_cast<long long>(plan.box.height));
+                  static_cast<long long>(plan.rows_read), static_cast<long long>(row_count(plan)));
     err.truncated = true;
   }
-  if (!err.truncated && !detail::has_end_marker(data, bytes.size(), plan.scan_start)) {
+  if (!err.truncated && !detail::has_end_marker(data, bytes.size(), cut ? cut->scan_start : plan.scan_start)) {
     std::snprintf(err.message, sizeof err.message, "Premature end of JPEG file (no end-of-image marker)");
     err.truncated = true;
   }
@@ -155,9 +159,9 @@ DecodedRegion decode_jpeg_region(std::string_view bytes, const std::string& wher
   jpeg_destroy_decompress(&cinfo);
 
   DecodedRegion decoded;
-  decoded.scaled_width = static_cast<int>(plan.scaled_width);
-  decoded.scaled_height = static_cast<int>(plan.scaled_height);
-  decoded.region = {plan.box.x - static_cast<int64_t>(plan.x_offset), 0, plan.box.width, plan.box.height};
+  decoded.scaled_width = scaled_width;
+  decoded.scaled_height = scaled_height;
+  decoded.region = {plan.box.x - static_cast<int64_t>(plan.x_offset), plan.box.y - first_row(plan), plan.box.width, plan.box.height};
   if (plan.cmyk) {
     torch::Tensor rgb = torch::empty({out.size(0), out.size(1), 3}, torch::kUInt8);
     detail::cmyk_to_rgb(out.data_ptr<uint8_t>(), rgb.data_ptr<uint8_t>(), out.size(0) * out.size(1));

@@ -42,12 +42,16 @@ struct DecodedRegion {
   int scaled_height = 0;
 };
 
-/// Decodes only what `region` (in the full image's pixels) needs: rows above it are skipped
-/// without colour conversion or inverse DCT, rows below are never read, and only the MCU columns
-/// it covers are transformed (libjpeg-turbo's jpeg_skip_scanlines / jpeg_crop_scanline). DCT
-/// scaling as decode_jpeg's (the whole image at least min_width x min_height). The pixels equal a
-/// whole decode's in the region, up to the upsampled chroma at its edges. Errors as decode_jpeg's,
-/// also for damage outside the region (a file without its end marker is refused).
+/// Decodes only what `region` (in the full image's pixels) needs. A JPEG with restart markers
+/// (add_jpeg_restart_markers; frugal-data convert writes them) is cut at them first: only the
+/// restart intervals around the region are entropy-decoded, and the region's pixels equal a
+/// whole decode's exactly. Otherwise the data down to the region's last row must be
+/// entropy-decoded, but rows above it are skipped without colour conversion or inverse DCT, rows
+/// below are never read, and only the MCU columns it covers are transformed (libjpeg-turbo's
+/// jpeg_skip_scanlines / jpeg_crop_scanline); the pixels then equal a whole decode's up to the
+/// upsampled chroma at the region's edges. DCT scaling as decode_jpeg's (the whole image at
+/// least min_width x min_height). Errors as decode_jpeg's, also for damage outside the region (a
+/// file without its end marker is refused).
 DecodedRegion decode_jpeg_region(std::string_view bytes, const std::string& where, const CropBox& region, int min_width = 0,
                                  int min_height = 0);
 
@@ -56,6 +60,14 @@ DecodedRegion decode_jpeg_region(std::string_view bytes, const std::string& wher
 /// Pillow's Image.MAX_IMAGE_PIXELS; process-wide (worker threads included).
 void set_max_image_pixels(int64_t pixels);
 int64_t max_image_pixels();
+
+/// The same image, losslessly (the DCT coefficients are copied, the pixels decode identically),
+/// with a restart marker after every `mcus_per_interval` MCUs and Huffman tables fitted to it:
+/// decode_jpeg_region then entropy-decodes only what a region needs. The file typically shrinks
+/// by a few percent (optimal tables against the encoder's standard ones; a marker costs 2 bytes
+/// an MCU). A progressive JPEG becomes sequential. Exif, ICC and comment markers are kept. A
+/// corrupt JPEG (one libjpeg warns about) throws DataError naming `where`.
+std::string add_jpeg_restart_markers(std::string_view bytes, const std::string& where, int mcus_per_interval = 1);
 
 /// Encodes uint8 RGB [H, W, 3] (or grey [H, W]) at `quality` (1-100), 4:2:0 chroma.
 std::string encode_jpeg(const torch::Tensor& image, int quality = 90);
