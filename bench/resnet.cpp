@@ -13,9 +13,11 @@
 //   build/bench/frugal_bench_resnet train-step build/bench/results.jsonl PYTHON [VARIANT SIDE BATCH STEPS]
 //   build/bench/frugal_bench_resnet make-shards DIR IMAGES CLASSES
 //   build/bench/frugal_bench_resnet decode-stages            # ms per image of each decode stage
+//   build/bench/frugal_bench_resnet restart-interval build/bench/results.jsonl DIR  # real photos (bench/real_photos.py)
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -225,6 +227,58 @@ int train_step(const std::string& results, const std::string& python, const std:
   return 0;
 }
 
+// Restart markers every N MCUs on real photographs (bench/real_photos.py writes them): the bytes
+// they add, and region decoding's speed against the whole-image path on the rewritten files
+// (RandomResizedCrop + flip to 224, one core, alternating rounds). N = 0: one interval per MCU row.
+int restart_interval(const std::string& results, const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> photos;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".jpg") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    photos.emplace_back(entry.path().filename().string(), std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  std::sort(photos.begin(), photos.end());
+  if (photos.empty()) throw std::runtime_error("no .jpg in " + dir.string() + " (bench/real_photos.py writes them)");
+  int64_t original = 0;
+  std::vector<std::string> as_encoded;
+  for (const auto& [name, jpeg] : photos) {
+    original += static_cast<int64_t>(jpeg.size());
+    as_encoded.push_back(jpeg);
+  }
+  const auto train = frugal::ImageTransformOptions().size(224).train(true);
+  const auto whole_path = frugal::ImageTransformOptions(train).roi_decode(false);
+  const std::string command = "build/bench/frugal_bench_resnet restart-interval build/bench/results.jsonl " + dir.string();
+  std::printf("restart-interval: %zu real photos, %.0f KB in all\n", photos.size(), static_cast<double>(original) / 1024);
+  for (const int interval : {1, 2, 4, 8, 0}) {
+    std::vector<std::string> rewritten;
+    int64_t bytes = 0;
+    for (const auto& [name, jpeg] : photos) {
+      const frugal::JpegSize size = frugal::jpeg_size(jpeg, name);
+      // One interval per MCU row: the MCU row's width in MCUs (16-pixel MCUs of 4:2:0 are the most common).
+      const int mcus = interval > 0 ? interval : static_cast<int>((size.width + 15) / 16);
+      rewritten.push_back(frugal::add_jpeg_restart_markers(jpeg, name, mcus));
+      bytes += static_cast<int64_t>(rewritten.back().size());
+    }
+    std::vector<double> roi, whole, as_encoded_whole;
+    for (int round = 0; round < 3; ++round) {
+      roi.push_back(images_per_second(rewritten, train));
+      whole.push_back(images_per_second(rewritten, whole_path));
+      as_encoded_whole.push_back(images_per_second(as_encoded, whole_path));
+    }
+    const std::string label = interval > 0 ? c10::str(interval) : std::string("row");
+    const Result size{c10::str("data.jpeg_restart_bytes_real_every_", label), static_cast<double>(bytes) / 1024, "KB",
+                      static_cast<double>(original) / 1024, command};
+    const Result speed{c10::str("data.jpeg_train_decode_roi_restart_real_every_", label), frugal::bench::median(roi), "img/s/core",
+                       frugal::bench::median(whole), command};
+    const Result end_to_end{c10::str("data.jpeg_train_decode_roi_restart_real_vs_as_encoded_every_", label), frugal::bench::median(roi),
+                            "img/s/core", frugal::bench::median(as_encoded_whole), command};
+    for (const auto& r : {size, speed, end_to_end}) frugal::bench::append(results, r);
+    std::printf("marker every %s MCU(s): bytes x%.3f; region decode %.0f img/s/core vs whole %.0f (x%.2f), vs whole as encoded %.0f (x%.2f)\n",
+                label.c_str(), size.ratio(), speed.value, speed.baseline, speed.ratio(), end_to_end.baseline, end_to_end.ratio());
+  }
+  return 0;
+}
+
 // Shards of photo-like JPEGs in ImageNet's size, with classes.json, for the GPU check.
 int make_shards(const fs::path& dir, int64_t images, int64_t classes) {
   const auto jpegs = photo_jpegs(64);
@@ -247,6 +301,7 @@ int main(int argc, char** argv) {
   try {
     if (a.size() >= 2 && a[0] == "decode") return decode(a[1]);
     if (a.size() >= 1 && a[0] == "decode-stages") return decode_stages();
+    if (a.size() == 3 && a[0] == "restart-interval") return restart_interval(a[1], a[2]);
     if (a.size() >= 3 && a[0] == "train-step") {
       return train_step(a[1], a[2], a.size() > 3 ? a[3] : "resnet50", a.size() > 4 ? std::stoll(a[4]) : 128,
                         a.size() > 5 ? std::stoll(a[5]) : 16, a.size() > 6 ? std::stoll(a[6]) : 6);

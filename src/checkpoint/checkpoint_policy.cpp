@@ -18,6 +18,7 @@
 #include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/log.hpp"
 #include "frugal/remote/checkpoint_uploader.hpp"
+#include "frugal/remote/prefix_lease.hpp"
 
 namespace frugal {
 
@@ -27,6 +28,8 @@ constexpr const char* kPreemptedMarker = "PREEMPTED";
 
 struct CheckpointPolicy::Remote {
   std::shared_ptr<RemoteCheckpoints> store;
+  /// Rank 0's hold on the prefix (released after the uploader stops: declared before it).
+  std::shared_ptr<PrefixLease> lease;
   /// Rank 0's (it uploads unsharded checkpoints and commits); with a sharded optimizer every
   /// rank has one for its own shard files.
   std::unique_ptr<CheckpointUploader> uploader;
@@ -34,6 +37,7 @@ struct CheckpointPolicy::Remote {
   std::atomic<int64_t> last_submitted{-1};  // unsharded: the newest checkpoint handed to the uploader
   std::optional<int64_t> sharded_step;      // sharded: the newest checkpoint being uploaded by every rank
   int64_t last_commit_submitted = -1;       // sharded, rank 0: the newest commit handed to the uploader
+  int64_t commit_awaited = -1;              // the newest step whose commit a wait saw (not waited for again)
   /// Sharded: this rank's staged files of `step` go up; the commit waits for every rank's.
   void submit_shard_upload(int64_t step, std::vector<std::string> files);
 };
@@ -63,6 +67,9 @@ void CheckpointOptions::validate() const {
   }
   if (remote_parallel_parts() < 1 || remote_parallel_parts() > 64) {
     throw OptionError("remote_parallel_parts", c10::str("remote_parallel_parts must be 1..64, got ", remote_parallel_parts()));
+  }
+  if (!(remote_lease_seconds() > 0) || !std::isfinite(remote_lease_seconds())) {
+    throw OptionError("remote_lease_seconds", c10::str("remote_lease_seconds must be > 0, got ", remote_lease_seconds()));
   }
 }
 
@@ -422,6 +429,8 @@ std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& sta
   save(state);
   wait();  // the process may be killed soon after: the checkpoint must be on disk first
   preemption::clear();
+  // Only the newest checkpoint matters now: an older one still uploading gives way to it.
+  if (remote_ && remote_->uploader) remote_->uploader->cancel_older(state.step);
   const char* by = signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a signal to another rank";
   const std::string remote_failure = wait_remote_commit(notice);
   write_preempted_marker(state.step, by, remote_failure);
@@ -469,6 +478,7 @@ void CheckpointPolicy::on_fit_end(const TrainingRun& run) {
   if (options_.at_end()) save(run.state());
   wait();
   const std::string remote_failure = wait_remote_commit(std::chrono::steady_clock::now());
+  close_remote();
   if (!remote_failure.empty()) {
     const auto latest = store_.latest();
     throw CheckpointError(c10::str("the final checkpoint (", latest ? latest->string() : store_.root().string(), ") is only local: it was not committed to ",
@@ -496,10 +506,23 @@ void CheckpointPolicy::open_remote(const TrainingRun& run) {
   }
   auto remote = std::make_unique<Remote>();
   remote->store = store;
-  if (run.rank() == 0) {  // the writer tidies: a kill's unfinished uploads go
-    store->remove_unfinished();
-    const auto committed = store->committed();
-    if (!committed.empty()) remote->newest_at_start = committed.back().step;
+  // Rank 0 writes the prefix: it takes the prefix's lease first (another live run there is
+  // refused, naming it, before anything is touched), then tidies what a killed run left.
+  std::string error;
+  if (run.rank() == 0) {
+    try {
+      remote->lease = PrefixLease::acquire(S3Location::parse(options_.remote(), "checkpoint.remote"), remote_client_options(),
+                                           {options_.remote_lease_seconds(), run.options().run_dir()});
+      store->set_lease(remote->lease);
+      store->remove_unfinished();
+      const auto committed = store->committed();
+      if (!committed.empty()) remote->newest_at_start = committed.back().step;
+    } catch (const std::exception& e) {
+      error = message_of(e);
+    }
+  }
+  if (max_across_ranks(run, {error.empty() ? 0 : 1})[0] != 0) {
+    throw CheckpointError(error.empty() ? std::string("rank 0 could not take checkpoint.remote's lease (see its log)") : error);
   }
   // Rank 0 uploads and commits; with a sharded optimizer every rank uploads its own shards.
   if (run.rank() == 0 || run.optimizer_shards()) {
@@ -540,10 +563,7 @@ std::vector<std::string> CheckpointPolicy::fetch_newer_remote() {
       skipped.push_back(where + ": " + reason);
       continue;
     }
-    const fs::path final_dir = store_.root() / it->name;
-    if (fs::exists(final_dir)) store_.move_aside(final_dir);  // a local copy of that step that failed its check
-    fs::rename(target, final_dir);
-    detail::fsync_directory(store_.root());
+    const fs::path final_dir = store_.adopt(target, it->name);
     log::info("downloaded the remote checkpoint " + remote.url_of(it->name) + " to " + final_dir.string());
     break;
   }
@@ -596,14 +616,22 @@ std::string CheckpointPolicy::wait_remote_commit(std::chrono::steady_clock::time
                                     std::chrono::duration<double>(options_.remote_deadline_seconds()));
   std::string why = advance_remote_commit(/*block=*/true, deadline);
   const int64_t step = run_->optimizer_shards() ? remote_->last_commit_submitted : remote_->last_submitted.load();
-  if (why.empty() && run_->rank() == 0 && remote_->uploader && step >= 0) {
+  if (why.empty() && run_->rank() == 0 && remote_->uploader && step >= 0 && step > remote_->commit_awaited) {
     log::info(c10::str("waiting for the checkpoint of step ", step, " to be committed to ", options_.remote(), " (at most ",
                        options_.remote_deadline_seconds(), " s from ", run_->optimizer_shards() ? "now" : "the request", ")"));
     why = remote_->uploader->wait_committed(step, deadline);
+    if (why.empty()) remote_->commit_awaited = step;
   }
   const bool failed = run_->world_size() > 1 ? run_->communicator().any(!why.empty()) : !why.empty();
   if (failed && why.empty()) why = "rank 0 could not commit it (see its log)";
   return why;
+}
+
+void CheckpointPolicy::close_remote() {
+  if (!remote_) return;
+  remote_->uploader.reset();
+  remote_->store->set_lease(nullptr);
+  remote_.reset();  // the lease goes with it: released
 }
 
 void CheckpointPolicy::apply_retention() const {

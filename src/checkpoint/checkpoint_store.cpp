@@ -263,10 +263,23 @@ void CheckpointStore::publish(const fs::path& tmp, const fs::path& final_dir, co
   fs::rename(tmp, final_dir);
   detail::fsync_directory(root_);
   stage("renamed");
-  detail::write_file_synced(root_ / "latest.tmp", final_dir.filename().string() + "\n");
+  point_latest_at(final_dir);
+  stage("latest");
+}
+
+void CheckpointStore::point_latest_at(const fs::path& dir) const {
+  detail::write_file_synced(root_ / "latest.tmp", dir.filename().string() + "\n");
   fs::rename(root_ / "latest.tmp", root_ / "latest");
   detail::fsync_directory(root_);
-  stage("latest");
+}
+
+fs::path CheckpointStore::adopt(const fs::path& incoming, const std::string& name) const {
+  const fs::path final_dir = root_ / name;
+  if (fs::exists(final_dir)) move_aside(final_dir);  // a local copy of that step that failed its check
+  fs::rename(incoming, final_dir);
+  detail::fsync_directory(root_);
+  point_latest_at(final_dir);
+  return final_dir;
 }
 
 std::string CheckpointStore::shard_file(int64_t rank, int64_t world_size, const std::string& kind) {
@@ -448,9 +461,10 @@ std::vector<fs::path> CheckpointStore::damaged() const {
 std::optional<FoundCheckpoint> CheckpointStore::find_latest_valid() const {
   FoundCheckpoint found;
   if (!fs::is_directory(root_)) return std::nullopt;
+  auto all = list();
+  if (all.empty()) return std::nullopt;  // a fresh directory: nothing to say
   const auto pointer = latest();
   if (!pointer) found.skipped.push_back((root_ / "latest").string() + ": missing; scanning the checkpoints");
-  auto all = list();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     const std::string reason = verify(it->dir);
     if (reason.empty()) {

@@ -20,6 +20,10 @@ void bind(Config& config, StandardOptions& o) {
   TrainerOptions& t = o.trainer;
   config.bind("trainer.max_epochs", t.max_epochs(), "Epochs to train");
   config.bind("trainer.max_steps", t.max_steps(), "Stop after this many optimizer steps; -1 = no limit");
+  config.bind("trainer.pause_at_step", t.pause_at_step(),
+              "End this run after this many steps without changing the schedule (a pause the next run resumes); -1 = off");
+  config.bind("trainer.pause_at_epoch", t.pause_at_epoch(),
+              "End this run after this many epochs without changing the schedule (a pause the next run resumes); -1 = off");
   config.bind("trainer.validate_every_n_steps", t.validate_every_n_steps(), "Validate every N steps; 0 = off");
   config.bind("trainer.validate_every_epoch", t.validate_every_epoch(), "Validate at the end of each epoch");
   config.bind("trainer.validation_batch_size", t.validation_batch_size(), "Validation batch size; 0 = data.batch_size");

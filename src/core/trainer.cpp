@@ -25,10 +25,16 @@ namespace frugal {
 namespace fs = std::filesystem;
 
 namespace {
-// max_steps reached (or already reached by the checkpoint a run resumed from): the fit stops.
+// max_steps, or a pause's step or epoch, reached (or already reached by the checkpoint a run
+// resumed from): the fit stops. Epochs count at their ends (a fit stopped mid-epoch stays in it).
 void stop_at_max_steps(const TrainerOptions& options, TrainerState& state) {
-  if (options.max_steps() > 0 && state.step >= options.max_steps() && !state.stop_reason) {
+  if (state.stop_reason) return;
+  if (options.max_steps() > 0 && state.step >= options.max_steps()) {
     state.stop_reason = c10::str("reached max_steps=", options.max_steps());
+  } else if (options.pause_at_step() > 0 && state.step >= options.pause_at_step()) {
+    state.stop_reason = c10::str("paused at step ", state.step, " (trainer.pause_at_step=", options.pause_at_step(), ")");
+  } else if (options.pause_at_epoch() > 0 && state.epoch >= options.pause_at_epoch() && state.epoch < options.max_epochs()) {
+    state.stop_reason = c10::str("paused after epoch ", state.epoch, " (trainer.pause_at_epoch=", options.pause_at_epoch(), ")");
   }
 }
 }  // namespace
@@ -184,6 +190,7 @@ FitResult Trainer::fit() {
     while (!stopping() && state_.epoch < options_.max_epochs()) {
       train_epoch();
       if (!train_loader_.has_next()) ++state_.epoch;  // a fit stopped mid-epoch stays in it
+      stop_at_max_steps(options_, state_);
     }
   } catch (const CommunicationError& e) {  // said with where the run is and where to resume from
     throw CommunicationError(c10::str(e.what(), " (during step ", state_.step + 1, "; ", last_checkpoint_text(), ")"));

@@ -7,6 +7,7 @@
 #include "base/host_memory.hpp"
 #include "detail/optimizer_copy.hpp"
 #include "optim/optimizer_archive.hpp"
+#include "optim/optimizer_loading.hpp"
 #include "frugal/core/trainer.hpp"
 #include "frugal/base/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
@@ -108,10 +109,7 @@ void Trainer::restore_weights_and_optimizer(const TrainingSnapshot& s) {
   } else if (source) {
     load_sharded_into_whole(*source, model_.module(), *optimizer_, device_);
   } else {
-    std::istringstream bytes(s.optimizer_bytes());
-    torch::serialize::InputArchive archive;
-    archive.load_from(bytes, device_);
-    optimizer_->load(archive);
+    detail::load_optimizer_state(*optimizer_, model_.module(), s.optimizer_bytes(), device_);
   }
 }
 

@@ -27,8 +27,13 @@ torch::Tensor FusedAdam::step(LossClosure closure) {
   return loss;
 }
 
+void FusedAdam::add_param_group(const torch::optim::OptimizerParamGroup& param_group) {
+  detail::add_checked_param_group<torch::optim::AdamOptions>(*this, *this, param_group);
+}
+
 void FusedAdam::load(torch::serialize::InputArchive& archive) {
   torch::optim::Adam::load(archive);
+  detail::refuse_amsgrad_in_8bit<torch::optim::AdamOptions>(*this, *this, " of the loaded optimizer state");
   detail::adopt_quantized_states(*this, *this, archive, detail::adam_moments(), detail::adam_fp32_form<torch::optim::AdamParamState>());
 }
 

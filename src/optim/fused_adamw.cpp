@@ -27,8 +27,13 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
   return loss;
 }
 
+void FusedAdamW::add_param_group(const torch::optim::OptimizerParamGroup& param_group) {
+  detail::add_checked_param_group<torch::optim::AdamWOptions>(*this, *this, param_group);
+}
+
 void FusedAdamW::load(torch::serialize::InputArchive& archive) {
   torch::optim::AdamW::load(archive);
+  detail::refuse_amsgrad_in_8bit<torch::optim::AdamWOptions>(*this, *this, " of the loaded optimizer state");
   detail::adopt_quantized_states(*this, *this, archive, detail::adam_moments(), detail::adam_fp32_form<torch::optim::AdamWParamState>());
 }
 

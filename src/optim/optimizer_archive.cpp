@@ -8,8 +8,6 @@
 #include "base/host_memory.hpp"
 
 namespace frugal::detail {
-namespace {
-
 // LibTorch's optimizers all save through torch::optim::serialize<State, Options>, whose layout
 // this mirrors; a user's optimizer may save anything, so it keeps its own save().
 bool saves_like_libtorch(const torch::optim::Optimizer& o) {
@@ -17,8 +15,6 @@ bool saves_like_libtorch(const torch::optim::Optimizer& o) {
   return dynamic_cast<const SGD*>(&o) || dynamic_cast<const Adam*>(&o) || dynamic_cast<const AdamW*>(&o) ||
          dynamic_cast<const RMSprop*>(&o) || dynamic_cast<const Adagrad*>(&o) || dynamic_cast<const LBFGS*>(&o);
 }
-
-}  // namespace
 
 std::string optimizer_archive_bytes(const torch::optim::Optimizer& optimizer) {
   torch::serialize::OutputArchive root;

@@ -9,6 +9,10 @@
 
 namespace frugal::detail {
 
+/// Whether `optimizer` is one of LibTorch's own (or derives from one): it saves and loads its
+/// state in LibTorch's layout, keyed as torch::optim::serialize keys it.
+bool saves_like_libtorch(const torch::optim::Optimizer& optimizer);
+
 /// The optimizer's archive bytes, deterministic for LibTorch's own optimizers (SGD, Adam, AdamW,
 /// RMSprop, Adagrad, LBFGS and their subclasses); any other optimizer's own save().
 std::string optimizer_archive_bytes(const torch::optim::Optimizer& optimizer);

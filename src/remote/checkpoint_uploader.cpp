@@ -87,6 +87,23 @@ void CheckpointUploader::submit(int64_t step, std::vector<std::string> files, bo
   changed_.notify_all();
 }
 
+void CheckpointUploader::cancel_older(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::error_code ignored;
+  if (waiting_ && waiting_->step < step) {
+    fs::remove_all(staged(waiting_->step), ignored);
+    waiting_.reset();
+  }
+  if (failed_ && failed_->step < step) failed_.reset();  // not tried again
+  if (running_ && running_->step < step && cancelled_ != running_->step) {
+    cancelled_ = running_->step;
+    log::info("pre-emption: the upload of the older checkpoint of step " + std::to_string(running_->step) +
+              " stops, so that the one of step " + std::to_string(step) + " goes up alone");
+    remote_->client().cancel_requests_in_flight();
+  }
+  changed_.notify_all();
+}
+
 void CheckpointUploader::run() {
   for (;;) {
     Job job;
@@ -108,6 +125,12 @@ void CheckpointUploader::run() {
     running_.reset();
     if (stopping_) return;
     std::error_code ignored;
+    if (cancelled_ == job.step) {  // given way to a newer checkpoint: not a failure, not retried
+      cancelled_.reset();
+      if (!(waiting_ && waiting_->step == job.step)) fs::remove_all(staged(job.step), ignored);
+      changed_.notify_all();
+      continue;
+    }
     if (error.empty()) {
       uploaded_ = std::max(uploaded_.value_or(job.step), job.step);
       // The links go once used: all of them after a commit; the uploaded files otherwise (a
@@ -138,13 +161,19 @@ void CheckpointUploader::upload(const Job& job) {
     std::lock_guard<std::mutex> lock(mutex_);
     observer = observer_;
   }
+  auto stop_if_cancelled = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cancelled_ == job.step) throw RemoteCancelled("the upload of step " + std::to_string(job.step) + " was cancelled");
+  };
   auto on_stage = [&](const std::string& stage) {
     if (observer) observer(stage, job.step);
+    stop_if_cancelled();  // between parts and files: a cancelled upload goes no further
   };
   const auto started = Clock::now();
   const fs::path dir = staged(job.step);
   remote_->upload_files(dir, job.files, on_stage);
   if (!job.commit) return;
+  stop_if_cancelled();
   remote_->commit(dir, on_stage);
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   log::info("checkpoint committed remotely: " + remote_->url_of(name_of(job.step)) + " (" + std::to_string(seconds).substr(0, 5) + " s)");

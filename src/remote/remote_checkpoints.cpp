@@ -9,6 +9,7 @@
 
 #include "base/checkpoint_names.hpp"
 #include "frugal/log.hpp"
+#include "frugal/remote/prefix_lease.hpp"
 
 namespace frugal {
 
@@ -25,6 +26,10 @@ std::optional<int64_t> remote_checkpoint_step(const std::string& name) { return 
 RemoteCheckpoints::RemoteCheckpoints(S3Location location, S3ClientOptions options) : client_(std::move(location), std::move(options)) {}
 
 std::string RemoteCheckpoints::url_of(const std::string& name) const { return client_.location().url() + "/" + name; }
+
+void RemoteCheckpoints::check_writable() const {
+  if (lease_) lease_->check_held();
+}
 
 std::vector<RemoteCheckpoint> RemoteCheckpoints::committed() {
   const std::string root = client_.location().key("");
@@ -44,6 +49,7 @@ void RemoteCheckpoints::upload_files(const fs::path& dir, const std::vector<std:
                                      const std::function<void(const std::string&)>& on_stage) {
   const std::string name = dir.filename().string();
   for (const std::string& file : files) {
+    check_writable();
     client_.put_file(client_.location().key(name + "/" + file), dir / file, [&](int) {
       if (on_stage) on_stage("part");
     });
@@ -52,6 +58,7 @@ void RemoteCheckpoints::upload_files(const fs::path& dir, const std::vector<std:
 }
 
 void RemoteCheckpoints::commit(const fs::path& dir, const std::function<void(const std::string&)>& on_stage) {
+  check_writable();
   const std::string name = dir.filename().string();
   client_.put_file(client_.location().key(name + "/" + kManifest), dir / kManifest);
   if (on_stage) on_stage(kManifest);
@@ -62,7 +69,10 @@ void RemoteCheckpoints::commit(const fs::path& dir, const std::function<void(con
 std::string RemoteCheckpoints::download(const std::string& name, const fs::path& target) {
   const std::string base = client_.location().key(name + "/");
   const auto manifest_bytes = client_.get_bytes_if_exists(base + kManifest);
-  if (!manifest_bytes) return "its manifest.json is gone: not committed";
+  if (!manifest_bytes) {
+    return client_.list(base).empty() ? std::string("there is no such checkpoint")
+                                      : std::string("it has no manifest.json: never committed (an upload that did not finish)");
+  }
   std::vector<std::pair<std::string, uint64_t>> files;
   try {
     const json manifest = json::parse(*manifest_bytes);
@@ -94,6 +104,7 @@ std::string RemoteCheckpoints::download(const std::string& name, const fs::path&
 }
 
 void RemoteCheckpoints::remove(const std::string& name) {
+  check_writable();
   const std::string base = client_.location().key(name + "/");
   client_.remove(base + kManifest);
   for (const S3Object& o : client_.list(base)) client_.remove(o.key);
@@ -101,6 +112,7 @@ void RemoteCheckpoints::remove(const std::string& name) {
 }
 
 void RemoteCheckpoints::remove_unfinished() {
+  check_writable();
   const std::string root = client_.location().key("");
   std::set<std::string> committed_names;
   std::map<std::string, std::vector<std::string>> objects_of;

@@ -159,6 +159,8 @@ struct S3Client::Request {
   std::string content_md5;
   std::string content_type;
   int max_attempts = 0;  // 0 = the options'
+  std::vector<std::string> headers;  // more headers (conditional writes)
+  int64_t epoch = 0;                  // set by perform: the cancel epoch it started in
   std::vector<long> accepted;  // statuses that are not failures besides 2xx (e.g. 404 to probe)
 };
 
@@ -205,6 +207,8 @@ struct Transfer {
   CURL* curl = nullptr;
   int64_t deadline_ns = 0;
   const std::atomic<int64_t>* live_deadline = nullptr;
+  const std::atomic<int64_t>* cancel_epoch = nullptr;
+  int64_t epoch = 0;           // the cancel epoch the request started in
   std::string local_error;     // a read or write of ours that failed
 };
 
@@ -270,7 +274,7 @@ int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(C
 int progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
   const int64_t deadline = t->live_deadline->load();
-  return deadline != 0 && now_ns() > deadline ? 1 : 0;
+  return (deadline != 0 && now_ns() > deadline) || t->cancel_epoch->load() != t->epoch ? 1 : 0;
 }
 
 }  // namespace
@@ -283,6 +287,8 @@ S3Client::Response S3Client::perform_once(const Request& r, std::string& transpo
   if (!curl) throw RemoteStorageError("libcurl cannot create a handle");
   t.curl = curl.get();
   t.live_deadline = &deadline_ns_;
+  t.cancel_epoch = &cancel_epoch_;
+  t.epoch = r.epoch;
   CURL* c = curl.get();
   const std::string url = url_of(r.key, r.query);
   lib.easy_setopt(c, CURLOPT_URL, url.c_str());
@@ -318,6 +324,7 @@ S3Client::Response S3Client::perform_once(const Request& r, std::string& transpo
   if (!r.content_md5.empty()) header("Content-MD5: " + r.content_md5);
   if (!session_token_.empty()) header("x-amz-security-token: " + session_token_);
   if (!r.content_type.empty()) header("Content-Type: " + r.content_type);
+  for (const auto& line : r.headers) header(line);
   // (No "Expect:" to drop 100-continue: libcurl 7.88 would sign the header it then leaves out.)
   std::unique_ptr<curl_slist, decltype(lib.slist_free_all)> header_list(headers, lib.slist_free_all);
   lib.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
@@ -358,6 +365,9 @@ S3Client::Response S3Client::perform_once(const Request& r, std::string& transpo
   response.body = std::move(t.body);
   response.etag = t.etag;
   if (!t.local_error.empty()) throw RemoteStorageError(url + ": " + t.local_error);
+  if (code != CURLE_OK && cancel_epoch_.load() != r.epoch) {
+    throw RemoteCancelled(r.method + " s3://" + location_.bucket + "/" + r.key + ": cancelled (a newer checkpoint goes first)");
+  }
   if (code != CURLE_OK) {
     transport_error = code == CURLE_ABORTED_BY_CALLBACK || code == CURLE_OPERATION_TIMEDOUT
                           ? (deadline_ns_.load() != 0 && now_ns() > deadline_ns_.load() ? std::string("the deadline passed")
@@ -368,7 +378,9 @@ S3Client::Response S3Client::perform_once(const Request& r, std::string& transpo
   return response;
 }
 
-S3Client::Response S3Client::perform(const Request& r) {
+S3Client::Response S3Client::perform(const Request& request) {
+  Request r = request;
+  r.epoch = cancel_epoch_.load();
   const int attempts = r.max_attempts > 0 ? r.max_attempts : options_.max_attempts;
   thread_local std::mt19937_64 jitter(std::random_device{}());
   Response response;
@@ -400,6 +412,9 @@ S3Client::Response S3Client::perform(const Request& r) {
     log::debug(r.method + " " + r.key + ": attempt " + std::to_string(attempt) + " failed (" +
                (transport_error.empty() ? "HTTP " + std::to_string(response.status) + " " + code : transport_error) + "), retrying");
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    if (cancel_epoch_.load() != r.epoch) {
+      throw RemoteCancelled(r.method + " s3://" + location_.bucket + "/" + r.key + ": cancelled (a newer checkpoint goes first)");
+    }
   }
 }
 
@@ -433,6 +448,35 @@ void S3Client::put_bytes(const std::string& key, const std::string& bytes) {
   r.content_md5 = md5_base64(bytes);
   perform(r);
 }
+
+std::optional<std::string> S3Client::put_bytes_if(const std::string& key, const std::string& bytes, const S3Condition& condition) {
+  Request r;
+  r.method = "PUT";
+  r.key = key;
+  r.body = &bytes;
+  r.content_md5 = md5_base64(bytes);
+  if (condition.only_if_absent) r.headers.push_back("If-None-Match: *");
+  if (!condition.if_match.empty()) r.headers.push_back("If-Match: " + condition.if_match);
+  r.accepted = {409, 412};
+  const Response response = perform(r);
+  if (response.status == 409 || response.status == 412) return std::nullopt;
+  return response.etag;
+}
+
+std::optional<S3Versioned> S3Client::get_versioned(const std::string& key) {
+  Request r;
+  r.key = key;
+  r.accepted = {404};
+  const Response response = perform(r);
+  if (response.status == 404) {
+    const auto error = s3xml::parse_error(response.body);
+    if (error && error->code == "NoSuchBucket") fail(r, response);
+    return std::nullopt;
+  }
+  return S3Versioned{response.body, response.etag};
+}
+
+void S3Client::cancel_requests_in_flight() { ++cancel_epoch_; }
 
 void S3Client::put_part_range(const std::string& key, const fs::path& file, uint64_t offset, uint64_t length, const std::string& query,
                               std::string* etag) {
@@ -472,11 +516,16 @@ void S3Client::put_file(const std::string& key, const fs::path& file, const std:
   std::atomic<size_t> next{0};
   std::mutex mutex;
   std::exception_ptr first_error;
+  const int64_t epoch = cancel_epoch_.load();  // a cancel stops the parts not yet begun too
   auto work = [&] {
     for (size_t i = next++; i < parts; i = next++) {
       {
         std::lock_guard<std::mutex> lock(mutex);
         if (first_error) return;
+        if (cancel_epoch_.load() != epoch) {
+          first_error = std::make_exception_ptr(RemoteCancelled("PUT s3://" + location_.bucket + "/" + key + ": cancelled (a newer checkpoint goes first)"));
+          return;
+        }
       }
       try {
         const uint64_t offset = i * options_.part_bytes;
@@ -509,6 +558,9 @@ void S3Client::put_file(const std::string& key, const fs::path& file, const std:
       log::warn(std::string("could not abort the unfinished upload of ") + key + ": " + e.what() + " (it is aborted at the next start)");
     }
   };
+  if (!first_error && cancel_epoch_.load() != epoch) {
+    first_error = std::make_exception_ptr(RemoteCancelled("PUT s3://" + location_.bucket + "/" + key + ": cancelled (a newer checkpoint goes first)"));
+  }
   if (first_error) {
     abort_upload();
     std::rethrow_exception(first_error);

@@ -4,12 +4,16 @@
 //
 //   resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N |
 //                                  term-twice-at-step N | usr1-at-step N |
-//                                  kill-at-upload-stage STAGE STEP | pause-at-step N | pause-then-term-at-step N]
+//                                  kill-at-upload-stage STAGE STEP | pause-at-upload-stage STAGE STEP |
+//                                  term-at-upload-stage STAGE STEP |
+//                                  pause-at-step N | pause-then-term-at-step N]
 // With PROBE_REMOTE=s3://bucket/prefix the checkpoints also go to object storage
 // (tests/remote/remote_resume_test.sh): PROBE_PAD_MB adds a buffer of that many MiB to the model,
 // so that state.pt is a multipart upload; kill-at-upload-stage kills the process at that stage of
-// the first upload of a checkpoint at or after STEP; pause-* wait at step N for RUN_DIR/.go
-// (announcing RUN_DIR/.paused), so that the test can stop or freeze the server meanwhile.
+// the first upload of a checkpoint at or after STEP; pause-* wait at step N (or at that upload
+// stage) for RUN_DIR/.go (announcing RUN_DIR/.paused), so that the test can stop or freeze the
+// server, or start a second run on the prefix, meanwhile. PROBE_REMOTE_LEASE sets the prefix
+// lease's seconds; PROBE_STEP_MS makes each step last that long.
 // With PROBE_STATE_BITS=8 the optimizer is FusedAdamW with 8-bit states (tests/optim).
 #include <torch/torch.h>
 
@@ -53,6 +57,16 @@ struct PauseAtStep : frugal::Policy {
   std::string run_dir_;
   int signal_;
   bool fired_ = false;
+};
+
+// Each optimizer step takes at least `ms` milliseconds (bench/remote.sh: uploads in flight).
+struct SlowSteps : frugal::Policy {
+  explicit SlowSteps(int64_t ms) : ms_(ms) {}
+  std::string name() const override { return "slow_steps"; }
+  void on_step_end(frugal::StepContext& ctx) override {
+    if (ctx.boundary()) std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+  }
+  int64_t ms_;
 };
 
 struct SignalAtStep : frugal::Policy {
@@ -110,10 +124,12 @@ int main(int argc, char** argv) {
       frugal::MixedPrecisionOptions().mode(frugal::Precision::fp16).autocast(false).scaler(
           frugal::GradScalerOptions().growth_interval(4))));
   trainer.add_policy(inject_overflow(*net));
+  if (const char* ms = std::getenv("PROBE_STEP_MS")) trainer.add_policy(std::make_shared<SlowSteps>(std::atoll(ms)));
   auto checkpoint_options = frugal::CheckpointOptions().every_n_steps(3).keep_last(2);
   if (remote != nullptr) {
     checkpoint_options.remote(remote).remote_part_mb(5);
     if (const char* deadline = std::getenv("PROBE_REMOTE_DEADLINE")) checkpoint_options.remote_deadline_seconds(std::atof(deadline));
+    if (const char* lease = std::getenv("PROBE_REMOTE_LEASE")) checkpoint_options.remote_lease_seconds(std::atof(lease));
   }
   auto checkpoint = std::make_shared<frugal::CheckpointPolicy>(checkpoint_options);
   if (mode == "kill-at-upload-stage" && argc > 5) {
@@ -124,6 +140,28 @@ int main(int argc, char** argv) {
         std::cerr << "killing at upload stage " << stage << " of step " << at << std::endl;
         std::raise(SIGKILL);
       }
+    });
+  }
+  if (mode == "pause-at-upload-stage" && argc > 5) {  // mid-upload, holding the prefix's lease
+    const std::string stage = argv[4];
+    const int64_t step = std::stoll(argv[5]);
+    checkpoint->set_upload_stage_observer([stage, step, run_dir, fired = std::make_shared<bool>(false)](const std::string& s, int64_t at) {
+      if (*fired || s != stage || at < step) return;
+      *fired = true;
+      std::ofstream(run_dir + "/.paused") << at;
+      while (!std::filesystem::exists(run_dir + "/.go")) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
+  }
+  if (mode == "term-at-upload-stage" && argc > 5) {  // a pre-emption while an older checkpoint uploads
+    const std::string stage = argv[4];
+    const int64_t step = std::stoll(argv[5]);
+    // (The uploader calls a copy of the observer each time: the flag is shared.)
+    checkpoint->set_upload_stage_observer([stage, step, fired = std::make_shared<bool>(false)](const std::string& s, int64_t at) {
+      if (*fired || s != stage || at < step) return;
+      *fired = true;
+      std::cerr << "SIGTERM at upload stage " << stage << " of step " << at << std::endl;
+      std::raise(SIGTERM);
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // the training thread saves the newest meanwhile
     });
   }
   if ((mode == "pause-at-step" || mode == "pause-then-term-at-step") && argc > 4) {

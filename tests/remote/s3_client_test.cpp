@@ -7,8 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "frugal/frugal.hpp"
+#include "frugal/remote/prefix_lease.hpp"
 #include "frugal/remote/remote_checkpoints.hpp"
 #include "frugal/remote/s3_client.hpp"
 #include "support/fixtures.hpp"
@@ -214,7 +218,8 @@ TEST_CASE("remote checkpoints: only committed ones are listed; leftovers of a ki
   REQUIRE(committed.size() == 2);
   CHECK(committed[1].name == "ckpt-000000006");
   CHECK(s3.get_bytes(s3.location().key("latest")) == "ckpt-000000006");
-  CHECK(remote.download("ckpt-000000009", root / "dl9") == "its manifest.json is gone: not committed");
+  CHECK(remote.download("ckpt-000000009", root / "dl9") == "it has no manifest.json: never committed (an upload that did not finish)");
+  CHECK(remote.download("ckpt-000000012", root / "dl12") == "there is no such checkpoint");
   CHECK(remote.download("ckpt-000000006", root / "dl6").empty());
   CHECK(fs::file_size(root / "dl6" / "state.pt") == 7);
   remote.remove_unfinished();
@@ -224,6 +229,83 @@ TEST_CASE("remote checkpoints: only committed ones are listed; leftovers of a ki
   REQUIRE(committed.size() == 1);
   CHECK(committed[0].step == 6);
   fs::remove_all(root);
+}
+
+namespace {
+
+// A lease object as another run would write it.
+std::string foreign_lease(const std::string& host, const std::string& boot, int64_t pid, double renewed_unix, int64_t renewals = 0) {
+  return nlohmann::json{{"frugal_lease", 1}, {"run_id", "foreign-" + std::to_string(renewals)}, {"host", host}, {"boot_id", boot},
+                        {"pid", pid}, {"run_dir", "elsewhere"}, {"lease_seconds", 2.0}, {"renewals", renewals},
+                        {"renewed_unix", renewed_unix}}
+      .dump();
+}
+
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+}  // namespace
+
+TEST_CASE("prefix lease: one holder; a live one refuses the next run by name, a stale one is taken over, a lost one stops writes",
+          "[remote]") {
+  REQUIRE_SERVER();
+  const auto location = in_bucket("leased");
+  frugal::S3Client s3(location, {});
+  const std::string key = frugal::PrefixLease::key_of(location);
+  frugal::PrefixLeaseOptions quick{2.0, "runs/first"};
+  {
+    auto first = frugal::PrefixLease::acquire(location, {}, quick);
+    CHECK(first->conditional_writes());  // SeaweedFS honours If-None-Match
+    CHECK(s3.get_bytes(key).find(first->run_id()) != std::string::npos);
+    // A second run while the first renews: refused after seeing a renewal, naming the holder.
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(frugal::PrefixLease::acquire(location, {}, {2.0, "runs/second"}),
+                      Catch::Contains("is in use") && Catch::Contains(first->run_id()) && Catch::Contains("runs/first") &&
+                          Catch::Contains("pid " + std::to_string(::getpid())));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
+    // Taken over behind its back: it notices at its next renewal and writes nothing more.
+    s3.put_bytes(key, foreign_lease("elsewhere", "another-boot", 1, unix_now()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    CHECK_FALSE(first->held());
+    CHECK_THROWS_WITH(first->check_held(), Catch::Contains("taken over"));
+    frugal::RemoteCheckpoints remote(location, {});
+    remote.set_lease(std::shared_ptr<const frugal::PrefixLease>(first.get(), [](const frugal::PrefixLease*) {}));
+    CHECK_THROWS_WITH(remote.remove_unfinished(), Catch::Contains("taken over"));
+  }
+  CHECK(s3.get_bytes_if_exists(key).has_value());  // a lost lease is not released: it is someone else's
+
+  // Stale for sure (not renewed for far longer than its duration): taken over at once.
+  s3.put_bytes(key, foreign_lease("gone-host", "gone-boot", 1, unix_now() - 3600));
+  auto start = std::chrono::steady_clock::now();
+  {
+    auto taker = frugal::PrefixLease::acquire(location, {}, quick);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+    CHECK(taker->held());
+  }
+  CHECK_FALSE(s3.get_bytes_if_exists(key).has_value());  // released at the end
+
+  // Recent but never renewed again (its holder died a moment ago on another machine): taken
+  // over after one lease duration of watching.
+  s3.put_bytes(key, foreign_lease("other-host", "other-boot", 1, unix_now()));
+  start = std::chrono::steady_clock::now();
+  {
+    auto taker = frugal::PrefixLease::acquire(location, {}, quick);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    CHECK(waited >= std::chrono::seconds(2));
+    CHECK(waited < std::chrono::seconds(8));
+  }
+  // Renewed by a live holder on another machine meanwhile: refused.
+  s3.put_bytes(key, foreign_lease("other-host", "other-boot", 1, unix_now()));
+  std::atomic<bool> renewing{true};
+  std::thread holder([&] {
+    for (int64_t n = 1; renewing; ++n) {
+      frugal::S3Client(location, {}).put_bytes(key, foreign_lease("other-host", "other-boot", 1, unix_now(), n));
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+  });
+  CHECK_THROWS_WITH(frugal::PrefixLease::acquire(location, {}, quick), Catch::Contains("is in use") && Catch::Contains("other-host"));
+  renewing = false;
+  holder.join();
+  s3.remove(key);
 }
 
 TEST_CASE("[gpu] a CUDA run commits its checkpoint to the store and a fresh directory resumes from it as an uninterrupted run", "[remote][gpu]") {

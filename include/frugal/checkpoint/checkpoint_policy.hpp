@@ -72,6 +72,9 @@ struct CheckpointOptions {
   TORCH_ARG(double, remote_deadline_seconds) = 90;
   TORCH_ARG(int64_t, remote_part_mb) = 64;             // multipart part size (S3's minimum: 5)
   TORCH_ARG(int64_t, remote_parallel_parts) = 4;       // parts uploaded at once
+  /// The prefix's lease (frugal/remote/prefix_lease.hpp): one run writes a prefix; a lease not
+  /// renewed this long is taken over.
+  TORCH_ARG(double, remote_lease_seconds) = 60;
 
  public:  // TORCH_ARG leaves the struct in private:
   void validate() const;
@@ -132,6 +135,8 @@ class CheckpointPolicy : public Policy, public ResumeSource {
   /// committed. Every rank calls it at the same points: it runs collectives.
   std::string advance_remote_commit(bool block, std::chrono::steady_clock::time_point deadline);
   void submit_upload(const CheckpointInfo& info);
+  /// The uploader stops and the prefix's lease is released (after the final commit).
+  void close_remote();
   /// Rank 0: <run_dir>/PREEMPTED (JSON: step, signal, checkpoint), for a scheduler script to
   /// tell a pre-emption (resume me) from a failure; removed when the next fit starts.
   void write_preempted_marker(int64_t step, const char* by, const std::string& remote_failure) const;

@@ -108,6 +108,10 @@ class CheckpointStore {
   std::filesystem::path move_aside(const std::filesystem::path& dir) const;
   /// Folders moved aside by move_aside, oldest name first.
   std::vector<std::filesystem::path> damaged() const;
+  /// A complete checkpoint folder from elsewhere (`incoming`, a verified download) becomes the
+  /// checkpoint `name` here and `latest` names it; a local folder of that name (one that failed
+  /// its check) is moved aside first. Returns its path.
+  std::filesystem::path adopt(const std::filesystem::path& incoming, const std::string& name) const;
   /// Removes leftovers of interrupted writes (*.tmp) and deletions (*.deleting).
   void remove_unfinished() const;
   /// Deletes a checkpoint folder so that a kill midway never leaves a partial ckpt-*: renamed to
@@ -118,6 +122,8 @@ class CheckpointStore {
   /// The manifest of `records`, then the rename of `tmp` and the `latest` pointer.
   void publish(const std::filesystem::path& tmp, const std::filesystem::path& final_dir, const std::vector<FileRecord>& records,
                const std::function<void(const char*)>& stage) const;
+  /// `latest` replaced, durably, by the name of `dir`.
+  void point_latest_at(const std::filesystem::path& dir) const;
   std::filesystem::path root_;
 };
 

@@ -14,6 +14,11 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, max_epochs) = 1;
   /// Stop after this many optimizer-step boundaries; -1 = no limit.
   TORCH_ARG(int64_t, max_steps) = -1;
+  /// End this fit once this many optimizer steps (or epochs) are done, without changing
+  /// max_steps / max_epochs, which LR schedules follow: a pause (with its final checkpoint) that
+  /// a later run resumes exactly. -1 = off. frugal-search pauses trials at their rungs with it.
+  TORCH_ARG(int64_t, pause_at_step) = -1;
+  TORCH_ARG(int64_t, pause_at_epoch) = -1;
   /// Validate every N optimizer-step boundaries; 0 = only at epoch ends (if validate_every_epoch).
   TORCH_ARG(int64_t, validate_every_n_steps) = 0;
   TORCH_ARG(bool, validate_every_epoch) = true;

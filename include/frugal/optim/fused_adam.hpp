@@ -19,6 +19,9 @@ class FusedAdam : public torch::optim::Adam, public QuantizedStateOptimizer {
                      StateQuantization quantization = {});
   explicit FusedAdam(std::vector<torch::Tensor> params, torch::optim::AdamOptions defaults = {}, StateQuantization quantization = {});
   torch::Tensor step(LossClosure closure = nullptr) override;
+  /// torch::optim::Optimizer::add_param_group, refusing options the states cannot honour
+  /// (amsgrad with 8-bit states) and leaving the optimizer as it was.
+  void add_param_group(const torch::optim::OptimizerParamGroup& param_group);
   void load(torch::serialize::InputArchive& archive) override;
 };
 

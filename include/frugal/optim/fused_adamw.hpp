@@ -25,6 +25,9 @@ class FusedAdamW : public torch::optim::AdamW, public QuantizedStateOptimizer {
                       StateQuantization quantization = {});
   explicit FusedAdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions defaults = {}, StateQuantization quantization = {});
   torch::Tensor step(LossClosure closure = nullptr) override;
+  /// torch::optim::Optimizer::add_param_group, refusing options the states cannot honour
+  /// (amsgrad with 8-bit states) and leaving the optimizer as it was.
+  void add_param_group(const torch::optim::OptimizerParamGroup& param_group);
   /// Loads fp32 and 8-bit states alike, converting each to what this optimizer keeps.
   void load(torch::serialize::InputArchive& archive) override;
 };

@@ -44,6 +44,10 @@ class CheckpointUploader {
   /// uploading again after a failure, until `deadline`: "" once done, else why not.
   std::string wait_committed(int64_t step, Clock::time_point deadline) { return wait_for(step, deadline, true); }
   std::string wait_uploaded(int64_t step, Clock::time_point deadline) { return wait_for(step, deadline, false); }
+  /// A pre-emption: only checkpoints of `step` and later matter. An older upload in flight stops
+  /// at once (its multipart uploads aborted; never committed, its objects removed at the next
+  /// start) and an older one waiting is dropped, so that the newest goes up alone.
+  void cancel_older(int64_t step);
   enum class Progress { done, pending, failed };
   /// Where the upload of `step`'s files stands (failed: it failed, or a newer one replaced it).
   Progress upload_progress(int64_t step) const;
@@ -76,6 +80,7 @@ class CheckpointUploader {
   std::optional<int64_t> committed_;
   std::optional<int64_t> uploaded_;     // the newest step whose files went up
   bool stopping_ = false;
+  std::optional<int64_t> cancelled_;    // the step whose running upload cancel_older stopped
   std::thread thread_;
 };
 

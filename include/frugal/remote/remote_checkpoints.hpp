@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,10 +36,15 @@ struct RemoteRetention {
   std::string monitor_mode = "min";
 };
 
+class PrefixLease;
+
 class RemoteCheckpoints {
  public:
   RemoteCheckpoints(S3Location location, S3ClientOptions options);
   S3Client& client() { return client_; }
+  /// From now on every write (upload, commit, deletion) first checks that `lease` is still held:
+  /// a run whose lease was taken over writes nothing more.
+  void set_lease(std::shared_ptr<const PrefixLease> lease) { lease_ = std::move(lease); }
   /// s3://bucket/prefix/<name>
   std::string url_of(const std::string& name) const;
 
@@ -64,7 +70,9 @@ class RemoteCheckpoints {
  private:
   /// The metrics a checkpoint was saved with (its meta.json), fetched once.
   const Metrics& metrics_of(const std::string& name);
+  void check_writable() const;
   S3Client client_;
+  std::shared_ptr<const PrefixLease> lease_;
   std::map<std::string, Metrics> metrics_;
 };
 

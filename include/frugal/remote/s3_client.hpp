@@ -39,6 +39,12 @@ class RemoteStorageError : public Error {
   std::string code_;
 };
 
+/// A request stopped by S3Client::cancel_requests_in_flight (the work it belonged to was dropped).
+class RemoteCancelled : public RemoteStorageError {
+ public:
+  using RemoteStorageError::RemoteStorageError;
+};
+
 /// s3://bucket/prefix: the bucket, and the key prefix (no leading or trailing '/', may be "").
 struct S3Location {
   std::string bucket;
@@ -74,6 +80,19 @@ struct S3Object {
   uint64_t size = 0;
 };
 
+/// An S3 conditional write: create only (If-None-Match: *), or replace only the version whose
+/// ETag is `if_match`.
+struct S3Condition {
+  bool only_if_absent = false;
+  std::string if_match;
+};
+
+/// An object's bytes with its ETag (the version a conditional write names).
+struct S3Versioned {
+  std::string bytes;
+  std::string etag;
+};
+
 class S3Client {
  public:
   /// Credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN);
@@ -89,6 +108,12 @@ class S3Client {
   void check_access();
 
   void put_bytes(const std::string& key, const std::string& bytes);
+  /// PUTs `bytes` under `condition`: the new ETag, or nullopt when the store refused the condition
+  /// (412 Precondition Failed, 409 ConditionalRequestConflict). A store that ignores conditional
+  /// headers writes anyway (PrefixLease checks for that).
+  std::optional<std::string> put_bytes_if(const std::string& key, const std::string& bytes, const S3Condition& condition);
+  /// The object with its ETag; nullopt when it does not exist.
+  std::optional<S3Versioned> get_versioned(const std::string& key);
   /// Multipart above options.part_bytes; `on_part(number)` after each part is stored.
   void put_file(const std::string& key, const std::filesystem::path& file, const std::function<void(int)>& on_part = nullptr);
   std::string get_bytes(const std::string& key);
@@ -105,6 +130,9 @@ class S3Client {
   /// From now on a request in flight or waiting to retry gives up at `deadline` (a pre-emption's
   /// notice is short); nullopt lifts it.
   void set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline);
+  /// Every request in flight now (on any thread) stops at once and throws RemoteCancelled, without
+  /// retrying; requests started afterwards run as usual (a multipart upload's abort among them).
+  void cancel_requests_in_flight();
 
  private:
   struct Response {
@@ -124,6 +152,7 @@ class S3Client {
   S3ClientOptions options_;
   std::string access_key_, secret_key_, session_token_;
   std::atomic<int64_t> deadline_ns_{0};  // steady_clock nanoseconds; 0 = none
+  std::atomic<int64_t> cancel_epoch_{0};  // a request started in an older epoch is cancelled
 };
 
 }  // namespace frugal

@@ -4,12 +4,19 @@
 #include <torch/torch.h>
 #include <turbojpeg.h>
 
+#include <csetjmp>
+#include <cstdio>
+
+// jpeglib.h needs size_t and FILE declared first.
+#include <jpeglib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
 
 #include "data/image/detail/jpeg_scaling.hpp"
+#include "data/image/detail/libjpeg_errors.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
@@ -47,15 +54,33 @@ std::string reason(tjhandle h) { return tjGetErrorStr2(h); }
 
 }  // namespace
 
+namespace {
+// The header through libjpeg itself: TurboJPEG 2.1's header reader refuses what libjpeg decodes
+// well (sampling factors such as 3x1 or 4:1:0, "Could not determine subsampling type"). False:
+// err->message says why. No C++ object with a destructor between setjmp and the calls.
+bool read_header(jpeg_decompress_struct* cinfo, detail::LibjpegErrors* err, const unsigned char* data, size_t size, JpegSize* out) {
+  if (setjmp(err->jump) != 0) return false;
+  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(cinfo, TRUE);
+  out->width = static_cast<int>(cinfo->image_width);
+  out->height = static_cast<int>(cinfo->image_height);
+  out->cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+  return true;
+}
+}  // namespace
+
 JpegSize jpeg_size(std::string_view bytes, const std::string& where) {
-  int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (bytes.empty()) fail(where, "not a readable JPEG: the file is empty (0 bytes)");
-  tjhandle h = decompressor();
-  if (tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
-                          &width, &height, &subsampling, &colorspace) != 0) {
-    fail(where, "not a readable JPEG: " + reason(h));
-  }
-  return {width, height, colorspace == TJCS_CMYK || colorspace == TJCS_YCCK};
+  jpeg_decompress_struct cinfo{};
+  detail::LibjpegErrors err{};
+  detail::use_libjpeg_errors(reinterpret_cast<j_common_ptr>(&cinfo), &err);
+  jpeg_create_decompress(&cinfo);
+  JpegSize size;
+  const bool ok = read_header(&cinfo, &err, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), &size);
+  jpeg_destroy_decompress(&cinfo);
+  if (!ok) fail(where, std::string("not a readable JPEG: ") + err.message);
+  if (size.width < 1 || size.height < 1) fail(where, "not a readable JPEG: it has no pixels (0 x 0)");
+  return size;
 }
 
 namespace {

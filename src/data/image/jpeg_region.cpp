@@ -6,6 +6,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <optional>
 
 // jpeglib.h needs size_t and FILE declared first.
@@ -25,7 +26,10 @@ struct Plan {
   bool cmyk = false;
   bool whole = false;  // decode every pixel (of a restart cut); otherwise skip and crop to the box
   CropBox box;  // in scaled pixels
-  // Set by start(): the first output column and the width after jpeg_crop_scanline.
+  // Set by start(): the first output row and column, and the width after jpeg_crop_scanline.
+  // They start one MCU before the box (where the image has one): fancy upsampling then sees the
+  // box's true neighbours, never the edge of what was decoded, and the box decodes exactly.
+  JDIMENSION first_row = 0;
   JDIMENSION x_offset = 0;
   JDIMENSION width = 0;
   JDIMENSION scaled_width = 0;
@@ -59,15 +63,31 @@ bool start(jpeg_decompress_struct* cinfo, detail::LibjpegErrors* err, const unsi
     plan->width = cinfo->output_width;
     return true;
   }
-  plan->x_offset = static_cast<JDIMENSION>(plan->box.x);
-  plan->width = static_cast<JDIMENSION>(plan->box.width);
-  if (plan->width < cinfo->output_width) jpeg_crop_scanline(cinfo, &plan->x_offset, &plan->width);  // to whole MCU columns
+  // One MCU (in output pixels) of context on each side; rows below are read ahead by libjpeg.
+  const auto mcu_width = static_cast<int64_t>(cinfo->max_h_samp_factor) * cinfo->min_DCT_scaled_size;
+  const auto mcu_height = static_cast<int64_t>(cinfo->max_v_samp_factor) * cinfo->min_DCT_scaled_size;
+  const int64_t left = std::max<int64_t>(0, plan->box.x - mcu_width);
+  const int64_t right = std::min<int64_t>(cinfo->output_width, plan->box.x + plan->box.width + mcu_width);
+  plan->first_row = static_cast<JDIMENSION>(std::max<int64_t>(0, plan->box.y - mcu_height));
+  plan->x_offset = static_cast<JDIMENSION>(left);
+  plan->width = static_cast<JDIMENSION>(right - left);
+  // libjpeg-turbo 2.1 crops a DCT-scaled image with 4x horizontal chroma sampling (4:1:1, 4:1:0)
+  // to other pixels than a whole decode gives (up to 4 levels off): such rare files keep every column.
+  const bool crop_is_exact = plan->denom == 1 || cinfo->max_h_samp_factor <= 2;
+  if (plan->width < cinfo->output_width && crop_is_exact) {
+    jpeg_crop_scanline(cinfo, &plan->x_offset, &plan->width);  // to whole MCU columns
+  } else {
+    plan->x_offset = 0;
+    plan->width = cinfo->output_width;
+  }
   return true;
 }
 
-// The rows decoded into the output: the box's, or all of a restart cut's.
-int64_t first_row(const Plan& plan) { return plan.whole ? 0 : plan.box.y; }
-int64_t row_count(const Plan& plan) { return plan.whole ? static_cast<int64_t>(plan.scaled_height) : plan.box.height; }
+// The rows decoded into the output: from one MCU above the box to its end, or all of a restart cut's.
+int64_t first_row(const Plan& plan) { return plan.whole ? 0 : static_cast<int64_t>(plan.first_row); }
+int64_t row_count(const Plan& plan) {
+  return plan.whole ? static_cast<int64_t>(plan.scaled_height) : plan.box.y + plan.box.height - first_row(plan);
+}
 
 // Phase 2: skip the rows above the box, read its rows into `out` (rows of `stride` bytes).
 bool read_rows(jpeg_decompress_struct* cinfo, detail::LibjpegErrors* err, Plan* plan, unsigned char* out, size_t stride) {

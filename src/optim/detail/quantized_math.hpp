@@ -56,4 +56,16 @@ FRUGAL_HOST_DEVICE uint8_t nearest_code(const float* map, int below, float x) {
 /// x divided by the block's absolute maximum; an all-zero block is 0, not 0/0.
 FRUGAL_HOST_DEVICE float normed(float x, float absmax) { return absmax > 0.0f ? x / absmax : 0.0f; }
 
+// What is not finite stays in its own element (the same on every device): a block's maximum is
+// taken over its finite values only, so it stays finite and the block's other values keep their
+// codes; the element itself is coded as if clamped, NaN as 0 (its state restarts from 0) and an
+// infinity as the end code of its sign (the block's maximum). Its parameter is updated in fp32
+// before quantization and goes non-finite, as torch.optim's would, and nothing else does.
+
+/// |x| when x is finite, else 0: what a block's maximum is taken over.
+FRUGAL_HOST_DEVICE float finite_magnitude(float x) { return fabsf(x) < INFINITY ? fabsf(x) : 0.0f; }
+
+/// A normed value as it is coded: NaN as 0, clamped to [-1, 1].
+FRUGAL_HOST_DEVICE float sanitized(float y) { return y != y ? 0.0f : fminf(fmaxf(y, -1.0f), 1.0f); }
+
 }  // namespace frugal::detail

@@ -16,6 +16,7 @@
 
 #include "frugal/errors.hpp"
 #include "frugal/optim/state_quantization.hpp"
+#include "optim/detail/code_table.hpp"
 
 namespace frugal::detail {
 namespace {
@@ -43,55 +44,9 @@ torch::Tensor make_dynamic_map(bool is_signed) {
   return torch::tensor(data, torch::kFloat32);
 }
 
-// The map for quantizing on the CPU without a binary search. The top 17 bits of an fp32 value
-// (sign, exponent, 8 bits of mantissa) name a range of values narrower than the gap between two
-// codes nearly everywhere, so at most one midpoint between codes falls inside it: `lookup` holds
-// the nearest code of the range's lowest value, i, and the nearest code of any value in the range
-// is i or i + 1, decided by the same distance comparison as nearest_code (ties to the lower).
-// Ranges holding two midpoints, or NaN, are flagged and searched.
-struct CpuMap {
-  static constexpr int kShift = 15;
-  static constexpr uint16_t kSearch = 0x100;
-  std::array<float, 257> code{};  // the map, then +inf: code[i + 1] always exists and is never nearer
-  std::vector<uint16_t> lookup;
-
-  explicit CpuMap(const torch::Tensor& map) : lookup(size_t{1} << (32 - kShift)) {
-    std::memcpy(code.data(), map.data_ptr<float>(), sizeof(float) * 256);
-    code[256] = std::numeric_limits<float>::infinity();
-    for (uint32_t key = 0; key < lookup.size(); ++key) {
-      const uint32_t bits = key << kShift, all = bits | ((1u << kShift) - 1);
-      const bool negative = (bits >> 31) != 0;
-      const float lowest = std::bit_cast<float>(negative ? all : bits), highest = std::bit_cast<float>(negative ? bits : all);
-      if (std::isnan(lowest) || std::isnan(highest)) {
-        lookup[key] = kSearch;
-        continue;
-      }
-      const uint8_t low = nearest(lowest), high = nearest(highest);
-      lookup[key] = high - low <= 1 ? low : static_cast<uint16_t>(kSearch | low);
-    }
-  }
-  uint8_t nearest(float x) const {
-    const auto it = std::upper_bound(code.begin(), code.begin() + 256, x);
-    const int below = it == code.begin() ? 0 : static_cast<int>(it - code.begin()) - 1;
-    return nearest_code(code.data(), below, x);
-  }
-  /// The codes of `len` values already divided by their block's maximum.
-  void quantize(const float* x, uint8_t* out, int64_t len) const {
-    const uint16_t* table = lookup.data();
-    const float* c = code.data();
-    for (int64_t i = 0; i < len; ++i) {
-      const float v = x[i];
-      const uint16_t t = table[std::bit_cast<uint32_t>(v) >> kShift];
-      const int low = t & 0xff;
-      const int up = fabsf(v - c[low + 1]) < fabsf(v - c[low]) ? 1 : 0;
-      out[i] = (t & kSearch) ? nearest(v) : static_cast<uint8_t>(low + up);
-    }
-  }
-};
-
-const CpuMap& cpu_map(bool is_signed) {
-  static const CpuMap signed_map(dynamic_map(true)), unsigned_map(dynamic_map(false));
-  return is_signed ? signed_map : unsigned_map;
+const CodeTable& cpu_table(bool is_signed) {
+  static const CodeTable signed_table(dynamic_map(true)), unsigned_table(dynamic_map(false));
+  return is_signed ? signed_table : unsigned_table;
 }
 
 static_assert(kQuantizationBlock == 256, "blocks_of in quantized_steps.hpp counts blocks of 256");
@@ -99,42 +54,48 @@ static_assert(kQuantizationBlock == 256, "blocks_of in quantized_steps.hpp count
 // Blocks per parallel task: 4096 elements, above ATen's grain for cheap elementwise work.
 constexpr int64_t kBlocksPerTask = 16;
 
-// The per-block loops, over fp32 arrays of one block, written so the compiler vectorizes them;
-// compiled twice (AVX2 and the baseline) and picked at load time. Same results either way: no
-// contraction into FMA (ISO C++ mode) and the same IEEE operations.
-#define FRUGAL_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+// The per-element update over fp32 arrays of one block, written so the compiler vectorizes it;
+// compiled for AVX-512, AVX2 and the baseline and picked at load time. Same results either way:
+// no contraction into FMA (ISO C++ mode) and the same IEEE operations.
+#define FRUGAL_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 
-FRUGAL_VECTOR_CLONES void dequantize_block(const float* map, const uint8_t* codes, float scale, float* out, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) out[i] = map[codes[i]] * scale;
-}
-
-FRUGAL_VECTOR_CLONES void adam_block(float* p, const float* g, float* m, float* v, int64_t len, const AdamConstants c) {
+FRUGAL_VECTOR_CLONES void adam_block(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t len,
+                                     const AdamConstants c) {
   for (int64_t i = 0; i < len; ++i) adam_element(p[i], g[i], m[i], v[i], c);
 }
 
-FRUGAL_VECTOR_CLONES void momentum_block(float* p, const float* g, float* buffer, int64_t len, const MomentumConstants c) {
+FRUGAL_VECTOR_CLONES void momentum_block(float* __restrict p, const float* __restrict g, float* __restrict buffer, int64_t len,
+                                         const MomentumConstants c) {
   for (int64_t i = 0; i < len; ++i) momentum_element(p[i], g[i], buffer[i], c);
 }
 
-// The largest |x| (by its bits: a non-negative float orders as its bit pattern), and x divided by it.
-FRUGAL_VECTOR_CLONES float normalize_block(float* x, int64_t len) {
-  uint32_t top = 0;
-  for (int64_t i = 0; i < len; ++i) {
-    const uint32_t bits = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
-    top = bits > top ? bits : top;
-  }
-  const float absmax = std::bit_cast<float>(top);
-  for (int64_t i = 0; i < len; ++i) x[i] = normed(x[i], absmax);
-  return absmax;
+/// A block's values, updated: quantized again with their new finite maximum, stored as `absmax`.
+void requantize_block(const CodeTable& table, const float* values, int64_t len, uint8_t* codes, float& absmax) {
+  absmax = table.requantize(values, len, codes);
 }
 
+// A block of the parameter or gradient as fp32: the tensor's own memory when it is fp32, else
+// converted into `buffer` (and, for the parameter, back after the update).
 template <typename scalar_t>
-void to_float(const scalar_t* in, float* out, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) out[i] = static_cast<float>(in[i]);
+float* as_float(scalar_t* data, float* buffer, int64_t len) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    (void)buffer;
+    (void)len;
+    return data;
+  } else {
+    for (int64_t i = 0; i < len; ++i) buffer[i] = static_cast<float>(data[i]);
+    return buffer;
+  }
 }
 template <typename scalar_t>
-void from_float(const float* in, scalar_t* out, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) out[i] = static_cast<scalar_t>(in[i]);
+const float* as_float(const scalar_t* data, float* buffer, int64_t len) {
+  return as_float(const_cast<scalar_t*>(data), buffer, len);  // only read
+}
+template <typename scalar_t>
+void store_float(const float* values, scalar_t* data, int64_t len) {
+  if constexpr (!std::is_same_v<scalar_t, float>) {
+    for (int64_t i = 0; i < len; ++i) data[i] = static_cast<scalar_t>(values[i]);
+  }
 }
 
 #if defined(FRUGAL_HAVE_CUDA_KERNELS)
@@ -199,17 +160,14 @@ QuantizedValues quantize_blockwise(const torch::Tensor& values, bool is_signed) 
     no_cuda_kernels();
 #endif
   }
-  const CpuMap& map = cpu_map(is_signed);
+  const CodeTable& table = cpu_table(is_signed);
   const float* in = x.data_ptr<float>();
   uint8_t* codes = q.codes.data_ptr<uint8_t>();
   float* absmax = q.absmax.data_ptr<float>();
   at::parallel_for(0, blocks_of(n), kBlocksPerTask, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t begin = b * kQuantizationBlock, end = std::min(n, begin + kQuantizationBlock);
-      alignas(64) float values[kQuantizationBlock];
-      std::copy(in + begin, in + end, values);
-      absmax[b] = normalize_block(values, end - begin);
-      map.quantize(values, codes + begin, end - begin);
+      const int64_t begin = b * kQuantizationBlock;
+      requantize_block(table, in + begin, std::min(n, begin + kQuantizationBlock) - begin, codes + begin, absmax[b]);
     }
   });
   return q;
@@ -227,12 +185,15 @@ torch::Tensor dequantize_blockwise(const QuantizedValues& q, bool is_signed) {
     no_cuda_kernels();
 #endif
   }
-  const CpuMap& map = cpu_map(is_signed);
+  const CodeTable& table = cpu_table(is_signed);
   const uint8_t* codes = q.codes.data_ptr<uint8_t>();
   const float* absmax = q.absmax.data_ptr<float>();
   float* values = out.data_ptr<float>();
-  at::parallel_for(0, n, kBlocksPerTask * kQuantizationBlock, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) values[i] = map.code[codes[i]] * absmax[i / kQuantizationBlock];
+  at::parallel_for(0, blocks_of(n), kBlocksPerTask, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t begin = b * kQuantizationBlock;
+      table.dequantize(codes + begin, absmax[b], values + begin, std::min(n, begin + kQuantizationBlock) - begin);
+    }
   });
   return out;
 }
@@ -249,8 +210,8 @@ void adam_step_8bit(const torch::Tensor& param, const torch::Tensor& grad, Quant
       no_cuda_kernels();
 #endif
     }
-    const CpuMap& sm = cpu_map(true);
-    const CpuMap& um = cpu_map(false);
+    const CodeTable& sm = cpu_table(true);
+    const CodeTable& um = cpu_table(false);
     const int64_t n = p.numel();
     uint8_t* mc = m.codes.data_ptr<uint8_t>();
     uint8_t* vc = v.codes.data_ptr<uint8_t>();
@@ -263,16 +224,13 @@ void adam_step_8bit(const torch::Tensor& param, const torch::Tensor& grad, Quant
         alignas(64) float pv[kQuantizationBlock], gv[kQuantizationBlock], mv[kQuantizationBlock], vv[kQuantizationBlock];
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t begin = b * kQuantizationBlock, len = std::min(kQuantizationBlock, n - begin);
-          to_float(pp + begin, pv, len);
-          to_float(gp + begin, gv, len);
-          dequantize_block(sm.code.data(), mc + begin, ma[b], mv, len);
-          dequantize_block(um.code.data(), vc + begin, va[b], vv, len);
-          adam_block(pv, gv, mv, vv, len, c);
-          from_float(pv, pp + begin, len);
-          ma[b] = normalize_block(mv, len);
-          va[b] = normalize_block(vv, len);
-          sm.quantize(mv, mc + begin, len);
-          um.quantize(vv, vc + begin, len);
+          float* pf = as_float(pp + begin, pv, len);
+          sm.dequantize(mc + begin, ma[b], mv, len);
+          um.dequantize(vc + begin, va[b], vv, len);
+          adam_block(pf, as_float(gp + begin, gv, len), mv, vv, len, c);
+          store_float(pf, pp + begin, len);
+          requantize_block(sm, mv, len, mc + begin, ma[b]);
+          requantize_block(um, vv, len, vc + begin, va[b]);
         }
       });
     });
@@ -290,7 +248,7 @@ void momentum_step_8bit(const torch::Tensor& param, const torch::Tensor& grad, Q
       no_cuda_kernels();
 #endif
     }
-    const CpuMap& sm = cpu_map(true);
+    const CodeTable& sm = cpu_table(true);
     const int64_t n = p.numel();
     uint8_t* codes = buffer.codes.data_ptr<uint8_t>();
     float* absmax = buffer.absmax.data_ptr<float>();
@@ -301,13 +259,11 @@ void momentum_step_8bit(const torch::Tensor& param, const torch::Tensor& grad, Q
         alignas(64) float pv[kQuantizationBlock], gv[kQuantizationBlock], values[kQuantizationBlock];
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t begin = b * kQuantizationBlock, len = std::min(kQuantizationBlock, n - begin);
-          to_float(pp + begin, pv, len);
-          to_float(gp + begin, gv, len);
-          dequantize_block(sm.code.data(), codes + begin, absmax[b], values, len);
-          momentum_block(pv, gv, values, len, c);
-          from_float(pv, pp + begin, len);
-          absmax[b] = normalize_block(values, len);
-          sm.quantize(values, codes + begin, len);
+          float* pf = as_float(pp + begin, pv, len);
+          sm.dequantize(codes + begin, absmax[b], values, len);
+          momentum_block(pf, as_float(gp + begin, gv, len), values, len, c);
+          store_float(pf, pp + begin, len);
+          requantize_block(sm, values, len, codes + begin, absmax[b]);
         }
       });
     });

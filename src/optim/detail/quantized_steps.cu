@@ -1,6 +1,8 @@
 // The CUDA side of quantized_steps.hpp: one thread block of 256 threads a quantization block,
 // one element a thread; the maps in shared memory, the block's absolute maximum by a block
-// reduction, the nearest code by a binary search. Everything on the current stream.
+// reduction, the nearest code by a binary search. Everything on the current stream. Compiled
+// without FMA contraction (src/CMakeLists.txt), so that each element's arithmetic rounds as the
+// CPU kernel's does and both devices give the same bits.
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -15,7 +17,9 @@ namespace {
 constexpr int kThreads = static_cast<int>(kQuantizationBlock);
 static_assert(kThreads % 32 == 0, "whole warps");
 
-__device__ __forceinline__ uint8_t quantize_on_device(const float* map, float x) {
+// The code of x / top, as CodeTable::code_of gives it on the CPU.
+__device__ __forceinline__ uint8_t quantize_on_device(const float* map, float x, float top) {
+  x = sanitized(normed(x, top));
   // The largest index whose code is <= x (0 when none is), then the nearer neighbour.
   int lo = 0, hi = 256;
   while (hi - lo > 1) {
@@ -29,8 +33,10 @@ __device__ __forceinline__ uint8_t quantize_on_device(const float* map, float x)
   return nearest_code(map, lo, x);
 }
 
-// The block's maximum of `value` (>= 0), in every thread.
-__device__ __forceinline__ float block_max(float value, float* scratch) {
+// The block's maximum of finite_magnitude(x), in every thread (quantized_math.hpp: what is not
+// finite is left out, as on the CPU).
+__device__ __forceinline__ float block_max(float x, float* scratch) {
+  float value = finite_magnitude(x);
   for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) scratch[warp] = value;
@@ -54,9 +60,9 @@ __global__ void quantize_kernel(const float* __restrict__ in, const float* __res
   const bool live = i < n;
   const float x = live ? in[i] : 0.0f;
   __syncthreads();
-  const float top = block_max(fabsf(x), scratch);
+  const float top = block_max(x, scratch);
   if (threadIdx.x == 0) absmax[blockIdx.x] = top;
-  if (live) codes[i] = quantize_on_device(smap, normed(x, top));
+  if (live) codes[i] = quantize_on_device(smap, x, top);
 }
 
 __global__ void dequantize_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ absmax, const float* __restrict__ map,
@@ -84,15 +90,15 @@ __global__ void adam_kernel(scalar_t* __restrict__ param, const scalar_t* __rest
     adam_element(p, static_cast<float>(grad[i]), m, v, c);
     param[i] = static_cast<scalar_t>(p);
   }
-  const float m_top = block_max(fabsf(m), scratch);
-  const float v_top = block_max(fabsf(v), scratch);
+  const float m_top = block_max(m, scratch);
+  const float v_top = block_max(v, scratch);
   if (threadIdx.x == 0) {
     m_absmax[blockIdx.x] = m_top;
     v_absmax[blockIdx.x] = v_top;
   }
   if (live) {
-    m_codes[i] = quantize_on_device(smap, normed(m, m_top));
-    v_codes[i] = quantize_on_device(umap, normed(v, v_top));
+    m_codes[i] = quantize_on_device(smap, m, m_top);
+    v_codes[i] = quantize_on_device(umap, v, v_top);
   }
 }
 
@@ -112,9 +118,9 @@ __global__ void momentum_kernel(scalar_t* __restrict__ param, const scalar_t* __
     momentum_element(p, static_cast<float>(grad[i]), buffer, c);
     param[i] = static_cast<scalar_t>(p);
   }
-  const float top = block_max(fabsf(buffer), scratch);
+  const float top = block_max(buffer, scratch);
   if (threadIdx.x == 0) absmax[blockIdx.x] = top;
-  if (live) codes[i] = quantize_on_device(smap, normed(buffer, top));
+  if (live) codes[i] = quantize_on_device(smap, buffer, top);
 }
 
 unsigned int grid_for(int64_t n) {

@@ -32,8 +32,9 @@ torch::Tensor decode_jpeg(std::string_view bytes, const std::string& where, int 
 
 /// A region of a JPEG decoded on its own (decode_jpeg_region).
 struct DecodedRegion {
-  /// uint8 RGB [h, w, 3]: the rows of the region and the whole MCU columns around it, at the
-  /// chosen DCT scaling.
+  /// uint8 RGB [h, w, 3] at the chosen DCT scaling: the region and what was decoded around it
+  /// (whole MCU columns, and up to one MCU more on each side; with restart markers, the whole MCU
+  /// rows and columns of the cut). `region` says where the region lies in it.
   torch::Tensor image;
   /// The region asked for, in `image`'s pixels (scaled and widened to whole pixels).
   CropBox region;
@@ -48,8 +49,8 @@ struct DecodedRegion {
 /// whole decode's exactly. Otherwise the data down to the region's last row must be
 /// entropy-decoded, but rows above it are skipped without colour conversion or inverse DCT, rows
 /// below are never read, and only the MCU columns it covers are transformed (libjpeg-turbo's
-/// jpeg_skip_scanlines / jpeg_crop_scanline); the pixels then equal a whole decode's up to the
-/// upsampled chroma at the region's edges. DCT scaling as decode_jpeg's (the whole image at
+/// jpeg_skip_scanlines / jpeg_crop_scanline), one MCU wider on each side so that the upsampled
+/// chroma at the region's edges sees its true neighbours. DCT scaling as decode_jpeg's (the whole image at
 /// least min_width x min_height). Errors as decode_jpeg's, also for damage outside the region (a
 /// file without its end marker is refused).
 DecodedRegion decode_jpeg_region(std::string_view bytes, const std::string& where, const CropBox& region, int min_width = 0,
