@@ -27,8 +27,10 @@ declare -A sources=(
   [s3_xml]="src/remote/s3_xml.cpp"
   [sweep]="tools/frugal_sweep/cell_metrics.cpp tools/frugal_sweep/grid.cpp tools/frugal_sweep/job_queue.cpp tools/frugal_sweep/process_pool.cpp tools/frugal_sweep/report.cpp tools/frugal_sweep/run_record.cpp"
 )
+# Python targets (atheris, libFuzzer's engine for Python): tests/fuzz/<target>_fuzz.py.
+python_targets=(search)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(checkpoint tar_shard jpeg npy safetensors squad wordpiece config sweep s3_xml)
+[ ${#targets[@]} -gt 0 ] || targets=(checkpoint tar_shard jpeg npy safetensors squad wordpiece config sweep s3_xml search)
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-sanitize=vptr
        -D_GLIBCXX_USE_CXX11_ABI=1 -Iinclude -Isrc -Itools -Itests/fuzz -Ithird_party/tomlplusplus/include -isystem "$torch/include"
@@ -44,6 +46,20 @@ for t in "${targets[@]}"; do
   out=build/fuzz/$t
   mkdir -p "$out/corpus"
   cp -n tests/fuzz/corpus/"$t"/* "$out/corpus/" 2> /dev/null
+  if [[ " ${python_targets[*]} " == *" $t "* ]]; then
+    "$FRUGAL_PYTHON_BIN" tests/fuzz/"$t"_fuzz.py "$out/corpus" -max_total_time="$seconds" -artifact_prefix="$out/" -max_len=65536 \
+      -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 "${seed[@]}" > "$out/run.log" 2>&1
+    rc=$?
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/run.log")
+    if [ "$rc" -ne 0 ]; then
+      status=1
+      echo "$t: FINDING after ${runs:-?} runs: $(grep -m1 -E "Uncaught Python exception|Error|error" "$out/run.log")"
+      for f in "$out"/crash-* "$out"/timeout-*; do if [ -e "$f" ]; then echo "$f"; fi; done
+    else
+      echo "$t: ${runs:-?} runs in ${seconds} s (Python, atheris), corpus $(ls "$out/corpus" | wc -l) inputs, no finding"
+    fi
+    continue
+  fi
   # shellcheck disable=SC2086
   if ! $cxx "${flags[@]}" tests/fuzz/"$t"_fuzz.cpp ${sources[$t]} -o "$out/fuzz" "${libs[@]}" > "$out/build.log" 2>&1; then
     echo "$t: build failed (see $out/build.log)"; tail -5 "$out/build.log"; status=1; continue

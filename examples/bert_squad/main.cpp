@@ -31,6 +31,9 @@ struct ModelOptions {
   std::string cpu_gemm = frugal::to_string(frugal::cpu_gemm());
   std::string activation_checkpointing = "off";  // off | full | every:K | attention
   bool activation_offload = false;
+  // The architecture (an architecture search's keys); 0 = the config's. model.layers also keeps
+  // the first N layers of a pretrained model.dir.
+  int64_t layers = 0, hidden_size = 0, heads = 0, intermediate_size = 0;
 };
 
 struct SquadOptions {
@@ -57,6 +60,20 @@ std::unique_ptr<torch::optim::Optimizer> make_adamw(torch::nn::Module& module, c
   return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
 }
 
+// model.config with the architecture keys given on top (a model trained from scratch).
+frugal::BertConfig architecture_of(const ModelOptions& m) {
+  frugal::BertConfig c = frugal::BertConfig::from_json_file(m.config);
+  if (m.layers > 0) c.num_hidden_layers = m.layers;
+  if (m.hidden_size > 0) c.hidden_size = m.hidden_size;
+  if (m.heads > 0) c.num_attention_heads = m.heads;
+  if (m.intermediate_size > 0) c.intermediate_size = m.intermediate_size;
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    throw frugal::OptionError("model.heads", c10::str("model.heads: ", c.num_attention_heads, " heads do not divide the hidden size ", c.hidden_size));
+  }
+  c.validate();
+  return c;
+}
+
 void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, OptimizerOptions& o) {
   config.bind("model.dir", m.dir, "Hugging Face model directory (config.json, vocab.txt, model.safetensors)");
   config.bind("model.config", m.config, "Without model.dir: config.json of a model trained from random weights");
@@ -71,6 +88,10 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
               "Recompute activations in backward instead of keeping them: off, full (every encoder layer), every:K (layers 0, "
               "K, 2K...), attention (each layer's attention core: scores, softmax, dropout); full costs about one extra forward");
   config.bind("model.activation_offload", m.activation_offload, "On CUDA: checkpointed layers' inputs wait in pinned host memory");
+  config.bind("model.layers", m.layers, "Encoder layers; 0 = the config's. With model.dir: its first N layers (a truncated pretrained model)");
+  config.bind("model.hidden_size", m.hidden_size, "Without model.dir: hidden size; 0 = the config's");
+  config.bind("model.heads", m.heads, "Without model.dir: attention heads (dividing the hidden size); 0 = the config's");
+  config.bind("model.intermediate_size", m.intermediate_size, "Without model.dir: feed-forward size; 0 = the config's");
   config.bind("squad.train", s.train, "SQuAD v1.1 training file");
   config.bind("squad.dev", s.dev, "SQuAD v1.1 dev file: EM/F1 and predictions.json at the end; \"\" = none");
   config.bind("squad.max_seq_length", s.features.max_seq_length, "Tokens per window");
@@ -90,6 +111,15 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
     frugal::parse_enum_option<frugal::CpuGemm>(m.cpu_gemm, "model.cpu_gemm");
     if (frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing").scope == frugal::CheckpointScope::stage) {
       throw frugal::OptionError("model.activation_checkpointing", "model.activation_checkpointing: stage is ResNet's; BERT takes off, full, every:K or attention");
+    }
+    for (const auto& [key, value] : {std::pair<const char*, int64_t>{"layers", m.layers}, {"hidden_size", m.hidden_size}, {"heads", m.heads},
+                                     {"intermediate_size", m.intermediate_size}}) {
+      if (value < 0) throw frugal::OptionError(key, c10::str(key, " must be >= 0 (0 = the config's), got ", value));
+    }
+    if (!m.dir.empty() && (m.hidden_size > 0 || m.heads > 0 || m.intermediate_size > 0)) {
+      throw frugal::OptionError(m.hidden_size > 0 ? "hidden_size" : m.heads > 0 ? "heads" : "intermediate_size",
+                                "model.hidden_size, model.heads and model.intermediate_size shape a model trained from scratch "
+                                "(model.config); a pretrained model.dir keeps its own shape (model.layers keeps its first N layers)");
     }
   });
   config.add_check("squad", [&s] {
@@ -169,9 +199,11 @@ int run(int argc, char** argv) {
 
   frugal::preemption::stop_if_requested("preparing the SQuAD data");
   torch::manual_seed(static_cast<uint64_t>(m.seed));
-  frugal::BertForQuestionAnswering net = m.dir.empty()
-                                              ? frugal::BertForQuestionAnswering(frugal::BertConfig::from_json_file(m.config))
-                                              : frugal::load_bert_for_qa(m.dir);
+  frugal::BertForQuestionAnswering net = m.dir.empty() ? frugal::BertForQuestionAnswering(architecture_of(m))
+                                                       : frugal::load_bert_for_qa(m.dir, m.layers);
+  const frugal::BertConfig& shape = net->config();
+  frugal::log::info(c10::str("BERT: ", shape.num_hidden_layers, " layers, hidden ", shape.hidden_size, ", ", shape.num_attention_heads,
+                             " heads, feed-forward ", shape.intermediate_size, m.dir.empty() ? ", random weights" : ", from " + m.dir));
   if (net->config().vocab_size < static_cast<int64_t>(tokenizer.vocab().size())) {
     throw frugal::DataError(vocab.string(), -1, c10::str("has ", tokenizer.vocab().size(), " entries but the model's vocab_size is ",
                                                          net->config().vocab_size));

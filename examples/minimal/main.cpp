@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "frugal/frugal.hpp"
+#include "arrays.hpp"
 #include "spiral.hpp"
 
 namespace {
@@ -30,6 +31,7 @@ struct ModelOptions {
   double noise = 0.03;
   int64_t seed = 0;
   std::string shard_cache;  // "" = train from memory
+  std::string data_dir;     // NPY arrays of your own (arrays.hpp); "" = the spirals
 };
 
 // The spirals as tar shards in a preprocessing cache keyed by how they were generated: the first
@@ -62,10 +64,13 @@ std::pair<std::shared_ptr<const frugal::Dataset>, std::shared_ptr<const frugal::
 }
 
 struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
-  MlpImpl(int64_t hidden, int64_t layers, int64_t classes) : hidden_(hidden), layers_(layers), classes_(classes) { reset(); }
+  MlpImpl(int64_t inputs, int64_t hidden, int64_t layers, int64_t classes)
+      : inputs_(inputs), hidden_(hidden), layers_(layers), classes_(classes) {
+    reset();
+  }
   void reset() override {
     net = torch::nn::Sequential();
-    int64_t in = 2;
+    int64_t in = inputs_;
     for (int64_t i = 0; i < layers_; ++i) {
       net->push_back(torch::nn::Linear(in, hidden_));
       net->push_back(torch::nn::ReLU());
@@ -75,7 +80,7 @@ struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
     register_module("net", net);
   }
   torch::Tensor forward(const torch::Tensor& x) { return net->forward(x); }
-  int64_t hidden_, layers_, classes_;
+  int64_t inputs_, hidden_, layers_, classes_;
   torch::nn::Sequential net{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -96,6 +101,9 @@ int run(int argc, char** argv) {
   config.bind("model.classes", m.classes, "Number of spirals");
   config.bind("model.noise", m.noise, "Gaussian noise on the points");
   config.bind("model.seed", m.seed, "Seed of the data and the initial weights");
+  config.bind("model.data_dir", m.data_dir,
+              "Train on NPY arrays of your own (train_x/y.npy, validation_x/y.npy; make_digits.py writes scikit-learn's digits); "
+              "\"\" = the spirals");
   config.bind("model.shard_cache", m.shard_cache,
               "Write the spirals as tar shards into this preprocessing cache and stream them; \"\" = in memory");
   config.add_check("model", [&m] {
@@ -115,14 +123,20 @@ int run(int argc, char** argv) {
 
   torch::manual_seed(static_cast<uint64_t>(m.seed));
   std::shared_ptr<const frugal::Dataset> train, validation;
-  if (m.shard_cache.empty()) {
+  int64_t inputs = 2;
+  if (!m.data_dir.empty()) {
+    const minimal::Arrays arrays = minimal::load_arrays(m.data_dir);
+    std::tie(train, validation, inputs, m.classes) = std::make_tuple(arrays.train, arrays.validation, arrays.features, arrays.classes);
+    frugal::log::info(c10::str("data: ", arrays.train->size(), " training and ", arrays.validation->size(), " validation rows of ", inputs,
+                               " features, ", m.classes, " classes, from ", m.data_dir));
+  } else if (m.shard_cache.empty()) {
     train = minimal::make_spirals(m.train_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 1);
     validation = minimal::make_spirals(m.validation_examples, m.classes, m.noise, static_cast<uint64_t>(m.seed) + 2);
   } else {
     std::tie(train, validation) = sharded_spirals(m, options.shards);
   }
   frugal::preemption::stop_if_requested("preparing the data");
-  Mlp net(m.hidden, m.layers, m.classes);
+  Mlp net(inputs, m.hidden, m.layers, m.classes);
   frugal::Model model(
       net.ptr(),
       frugal::LossFn<MlpImpl>([](MlpImpl& n, const frugal::Batch& b) { return torch::cross_entropy_loss(n.forward(b.input), b.target); }),

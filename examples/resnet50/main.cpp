@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <iostream>
+#include <sstream>
 
 #include "frugal/frugal.hpp"
 #include "image_data.hpp"
@@ -23,6 +24,7 @@ namespace {
 struct ModelOptions {
   std::string variant = "resnet50";
   int64_t base_channels = 64;
+  std::string stage_depths;  // "a,b,c,d" blocks per stage; "" = the variant's (an architecture search's key)
   bool zero_init_residual = true;
   std::string channels_last = "auto";  // auto (on CUDA) | true | false
   std::string weights;                 // safetensors to start from ("" = random init)
@@ -61,10 +63,33 @@ std::unique_ptr<torch::optim::Optimizer> make_sgd(torch::nn::Module& module, con
       options, frugal::StateQuantization().bits(o.state_bits));
 }
 
+// "3,4,6,3": blocks in each of the 4 stages.
+std::vector<int64_t> stage_depths(const std::string& text) {
+  std::vector<int64_t> depths;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    size_t used = 0;
+    int64_t depth = 0;
+    try {
+      depth = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || part.empty() || depth < 1 || depth > 64) {
+      throw frugal::OptionError("stage_depths", "stage_depths must be 4 block counts of 1 to 64 as \"3,4,6,3\", got '" + text + "'");
+    }
+    depths.push_back(depth);
+  }
+  if (depths.size() != 4) throw frugal::OptionError("stage_depths", "stage_depths must be 4 block counts as \"3,4,6,3\", got '" + text + "'");
+  return depths;
+}
+
 void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, resnet_example::ImageDataOptions& d) {
   config.bind("model.variant", m.variant, "resnet18, resnet26, resnet34, resnet50, resnet101 or resnet152",
               {"resnet18", "resnet26", "resnet34", "resnet50", "resnet101", "resnet152"});
   config.bind("model.base_channels", m.base_channels, "Channels of the stem and first stage (64 = torchvision)");
+  config.bind("model.stage_depths", m.stage_depths, "Blocks in each of the 4 stages, as \"3,4,6,3\"; \"\" = the variant's");
   config.bind("model.zero_init_residual", m.zero_init_residual, "Start each block's last BatchNorm gamma at 0");
   config.bind("model.channels_last", m.channels_last, "Channels-last weights and inputs: auto (on CUDA), true, false",
               {"auto", "true", "false"});
@@ -123,6 +148,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
       throw frugal::OptionError("model.activation_checkpointing", "model.activation_checkpointing: attention is BERT's; ResNet takes off, full, every:K or stage");
     }
     if (m.base_channels < 1) throw frugal::OptionError("base_channels", c10::str("base_channels must be >= 1, got ", m.base_channels));
+    stage_depths(m.stage_depths);  // refused here, naming the key, before any data is read
   });
   config.add_check("images", [&d] {
     if (d.size < 32) throw frugal::OptionError("size", c10::str("size must be >= 32, got ", d.size));
@@ -157,7 +183,9 @@ int run(int argc, char** argv) {
   const resnet_example::ImageData data = resnet_example::open_image_data(d, options.shards, device);
   frugal::preemption::stop_if_requested("opening the image data");
   torch::manual_seed(static_cast<uint64_t>(m.seed));
-  frugal::ResNet net(frugal::ResNetOptions::variant(m.variant)
+  auto architecture = frugal::ResNetOptions::variant(m.variant);
+  if (!m.stage_depths.empty()) architecture.layers(stage_depths(m.stage_depths));
+  frugal::ResNet net(architecture
                          .base_channels(m.base_channels)
                          .num_classes(data.classes)
                          .zero_init_residual(m.zero_init_residual));
@@ -216,7 +244,8 @@ int run(int argc, char** argv) {
     frugal::save_safetensors(*net, m.export_path);
     frugal::log::info(c10::str("exported the weights to ", m.export_path));
   }
-  std::cout << "resnet: " << m.variant << " (base " << m.base_channels << ", " << data.classes << " classes"
+  std::cout << "resnet: " << m.variant << " (base " << m.base_channels << (m.stage_depths.empty() ? "" : ", stages " + m.stage_depths)
+            << ", " << data.classes << " classes"
             << (channels_last ? ", channels_last" : "") << ") on " << device << ", "
             << (trainer.world_size() > 1 ? c10::str(trainer.world_size(), " processes, ") : "") << result.state.step
             << " steps in " << result.seconds << " s (" << static_cast<int64_t>(result.samples_per_second)

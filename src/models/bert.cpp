@@ -386,8 +386,13 @@ torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const t
          2;
 }
 
-BertForQuestionAnswering load_bert_for_qa(const fs::path& model_dir) {
-  const BertConfig config = BertConfig::from_json_file(model_dir / "config.json");
+BertForQuestionAnswering load_bert_for_qa(const fs::path& model_dir, int64_t keep_layers) {
+  BertConfig config = BertConfig::from_json_file(model_dir / "config.json");
+  if (keep_layers > config.num_hidden_layers || keep_layers < 0) {
+    throw OptionError("model.layers", c10::str("model.layers: ", model_dir.string(), " has ", config.num_hidden_layers,
+                                               " layers, cannot keep ", keep_layers));
+  }
+  if (keep_layers > 0) config.num_hidden_layers = keep_layers;
   BertForQuestionAnswering net(config);
   const fs::path weights = model_dir / "model.safetensors";
   SafetensorsReader reader(weights);

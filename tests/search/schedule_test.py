@@ -49,5 +49,18 @@ class Rungs(unittest.TestCase):
         self.assertTrue(schedule.continues(1.0, [5.0, 1.0, 2.0], 3, minimize=True))
 
 
+class CostAware(unittest.TestCase):
+    def test_pareto_rank_promotes_the_cheap_and_the_accurate(self):
+        # (accuracy to maximise, cost to minimise) at a rung: the front is the accurate and the cheap.
+        points = [[0.95, 9.0], [0.80, 1.0], [0.90, 5.0], [0.85, 6.0], [0.70, 8.0], [0.60, 2.0]]
+        directions = [False, True]
+        self.assertEqual(schedule.pareto_ranks([(-a, c) for a, c in points]), [0, 0, 0, 1, 2, 1])
+        keep = [p for p in points if schedule.promotable(p, points, 3, directions, keep=0.5)]
+        self.assertEqual(keep, [[0.95, 9.0], [0.80, 1.0], [0.90, 5.0]])  # the first front: half of 6
+        self.assertEqual(schedule.top_count(27, 3, keep=0.2), 5)
+        self.assertTrue(schedule.continues([0.6, 2.0], points, 3, directions, keep=0.84))  # 5 of 6: the second front too
+        self.assertFalse(schedule.continues([0.7, 8.0], points, 3, directions, keep=0.84))
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])

@@ -242,6 +242,8 @@ torch::Tensor question_answering_loss(const torch::Tensor& start_logits, const t
 /// with or without "bert."; old "gamma"/"beta" LayerNorm names); a missing QA head is initialised
 /// and the log says so; heads of other tasks are ignored and listed. A missing encoder tensor or
 /// a shape mismatch is a DataError naming it.
-BertForQuestionAnswering load_bert_for_qa(const std::filesystem::path& model_dir);
+/// `keep_layers` > 0: only the first N encoder layers (a truncated pretrained model; the others'
+/// tensors are ignored); OptionError naming model.layers when the model has fewer.
+BertForQuestionAnswering load_bert_for_qa(const std::filesystem::path& model_dir, int64_t keep_layers = 0);
 
 }  // namespace frugal

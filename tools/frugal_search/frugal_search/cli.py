@@ -28,7 +28,7 @@ from .report import parse_target, write
 from .study import Study, open_storage
 
 # What a [search] table in a --config file may hold: the long options, with '_' for '-'.
-FILE_KEYS = {"resource", "min_resource", "max_resource", "eta", "form", "hyperband", "sampler", "grid_points", "objective", "trials",
+FILE_KEYS = {"resource", "min_resource", "max_resource", "eta", "keep", "form", "hyperband", "sampler", "grid_points", "objective", "trials",
              "budget_units", "max_wall_seconds", "max_money", "price", "parallel", "devices", "storage", "study", "seed",
              "max_peak_memory_mb", "max_cost", "target", "stale_seconds"}
 
@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-resource", type=int, help="the first rung (default 1)")
     p.add_argument("--max-resource", type=int, help="a trial's full budget (default: the program's own max_epochs/max_steps must be given)")
     p.add_argument("--eta", type=int, help="keep the top 1/eta at each rung; rungs at min * eta^k (default 3)")
+    p.add_argument("--keep", type=float, help="the fraction that goes on from a rung, instead of 1/eta")
     p.add_argument("--form", choices=["promotion", "stopping", "none"], help="promotion: pause at rungs and resume the promoted "
                    "(ASHA, default); stopping: stop losers at their rung; none: every trial to the full budget")
     p.add_argument("--hyperband", action="store_true", default=None, help="Hyperband's brackets instead of one successive halving")
@@ -189,7 +190,10 @@ def settings_from(args) -> tuple[Settings, space_mod.SearchSpace, dict]:
                         max_trials=max_trials, max_units=option(args, search, "budget_units", None, int),
                         max_wall_seconds=option(args, search, "max_wall_seconds", None, float), max_money=max_money, price_per_hour=price,
                         devices=devices, parallel=parallel, grid_points=grid_points,
-                        stale_seconds=option(args, search, "stale_seconds", 60.0, float), constraints=constraints)
+                        stale_seconds=option(args, search, "stale_seconds", 60.0, float), constraints=constraints,
+                        seed=option(args, search, "seed", None, int), keep=option(args, search, "keep", None, float))
+    if settings.keep is not None and not 0 < settings.keep < 1:
+        raise SearchError(f"--keep must be between 0 and 1, got {settings.keep}")
     settings.program, settings.extra_args = program[:1], program[1:]
     extras = {"storage": option(args, search, "storage", ""), "study": option(args, search, "study", None),
               "seed": option(args, search, "seed", None, int), "target": target}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -50,6 +51,8 @@ class Settings:
     grid_points: int
     stale_seconds: float
     constraints: dict[str, float] = field(default_factory=dict)  # metric -> largest allowed
+    seed: int | None = None       # also orders the grid (a grid searched by ASHA in a random order)
+    keep: float | None = None     # the fraction that goes on from a rung (default 1/eta)
 
 
 @dataclass
@@ -83,6 +86,8 @@ class Driver:
         self.stop_requested = False
         self.started = time.time()
         self.grid = space.grid(settings.grid_points) if settings.method == "grid" else None
+        if self.grid is not None and settings.seed is not None:
+            random.Random(settings.seed).shuffle(self.grid)
         self.minimize = settings.objectives[0][1] == "min"
         self.driver_cpu_seconds = 0.0
 
@@ -104,13 +109,17 @@ class Driver:
             return False
         if self.grid is not None and len(created) >= len(self.grid):
             return False
-        if self.s.max_units is not None and self.used_units(trials) + self.committed_units() >= self.s.max_units:
+        if not self.within_units(trials, self.s.rungs.max_resource if self.s.form == "none" else self.s.rungs.min_resource):
             return False
         if self.s.max_wall_seconds is not None and time.time() - self.started >= self.s.max_wall_seconds:
             return False
         if self.s.max_money is not None and self.spent_money(trials) >= self.s.max_money:
             return False
         return True
+
+    def within_units(self, trials, more: int) -> bool:
+        """Whether `more` resource units still fit the budget of units (with what runs now)."""
+        return self.s.max_units is None or self.used_units(trials) + self.committed_units() + more <= self.s.max_units
 
     def committed_units(self) -> int:
         total = 0
@@ -176,20 +185,21 @@ class Driver:
             self.log(f"trial {r.number}: failed: {why}")
             return
         self.study.report(r.trial_id, r.target, value)
+        if len(self.s.objectives) > 1:  # every objective's value so far, for Pareto ranking at the rung
+            vectors = dict(attr(trial, "rung_vectors", {}) or {})
+            vectors[str(r.target)] = self.objective_values(metrics, total_seconds, r.target, value)
+            self.study.set(r.trial_id, rung_vectors=vectors)
         if r.target >= self.s.rungs.max_resource:
             self.complete(r.trial_id, metrics, total_seconds, value)
             return
         bracket = int(attr(trial, "bracket", 0))
         if self.s.form == "stopping":
-            values = self.rung_values(bracket, r.target)
-            if schedule.continues(value, values, self.s.rungs.eta, self.minimize):
+            mine, values = self.rung_standing(self.study.trial(r.trial_id), bracket, r.target)
+            if schedule.continues(mine, values, self.s.rungs.eta, self.directions(mine), self.s.keep):
                 self.launch(r.trial_id, self.s.rungs.next_level(r.target, bracket))
             else:
                 self.study.prune(r.trial_id, f"below the top 1/{self.s.rungs.eta} at {self.s.unit[:-1]} {r.target}")
                 self.log(f"trial {r.number}: stopped at {self.s.unit[:-1]} {r.target} ({value:.6g})")
-            return
-        if self.s.form == "none":
-            self.launch(r.trial_id, self.s.rungs.next_level(r.target, bracket))
             return
         self.study.release(r.trial_id, "paused")
         self.log(f"trial {r.number}: paused at {self.s.unit[:-1]} {r.target} ({value:.6g})")
@@ -220,9 +230,35 @@ class Driver:
         number = self.study.trial(trial_id).number
         self.log(f"trial {number}: complete: " + ", ".join(f"{m} {v:.6g}" for (m, _), v in zip(self.s.objectives, values)))
 
-    def rung_values(self, bracket: int, resource: int) -> list[float]:
-        return [t.intermediate_values[resource] for t in self.study.trials()
-                if int(attr(t, "bracket", 0)) == bracket and resource in t.intermediate_values]
+    def objective_values(self, metrics, seconds: float, resource: int, first: float) -> list[float]:
+        """Each objective's value after `resource` units (None where the metrics do not say yet)."""
+        values = [first]
+        for metric, _ in self.s.objectives[1:]:
+            if metric in ("seconds", "cost"):
+                v = seconds * (self.s.price_per_hour / 3600.0 if metric == "cost" else 1.0)
+            else:
+                v = metrics.value_at(metric, self.s.unit, resource)
+                if v is None:
+                    v = metrics.summary(metric)
+            values.append(v)
+        return values
+
+    def directions(self, value) -> bool | list[bool]:
+        return [d == "min" for _, d in self.s.objectives] if isinstance(value, list) else self.minimize
+
+    def rung_standing(self, trial, bracket: int, resource: int, trials=None):
+        """The trial's standing at a rung and every standing there: its first objective, or with
+        several objectives the vector of all of them (Pareto ranking: cost-aware promotion)."""
+        trials = self.study.trials() if trials is None else trials
+        at_rung = [t for t in trials if int(attr(t, "bracket", 0)) == bracket and resource in t.intermediate_values]
+        if len(self.s.objectives) > 1:
+            def vector(t):
+                v = (attr(t, "rung_vectors", {}) or {}).get(str(resource))
+                return v if v and all(x is not None for x in v) else None
+            vectors = [vector(t) for t in at_rung]
+            if all(v is not None for v in vectors) and vector(trial) is not None:
+                return vector(trial), vectors
+        return trial.intermediate_values[resource], [t.intermediate_values[resource] for t in at_rung]
 
     # -- choosing what to run --
     def promotable_trial(self, trials):
@@ -231,10 +267,11 @@ class Driver:
             return None
         paused = [t for t in trials if t.state == TrialState.WAITING and attr(t, "state") == "paused"]
         for t in sorted(paused, key=lambda t: -int(attr(t, "rung", 0))):
-            rung = int(attr(t, "rung", 0))
-            bracket = int(attr(t, "bracket", 0))
-            values = [u.intermediate_values[rung] for u in trials if int(attr(u, "bracket", 0)) == bracket and rung in u.intermediate_values]
-            if schedule.promotable(t.intermediate_values[rung], values, self.s.rungs.eta, self.minimize):
+            rung, bracket = int(attr(t, "rung", 0)), int(attr(t, "bracket", 0))
+            if not self.within_units(trials, self.s.rungs.next_level(rung, bracket) - rung):
+                continue  # the budget of resource units does not cover its next rung
+            mine, values = self.rung_standing(t, bracket, rung, trials)
+            if schedule.promotable(mine, values, self.s.rungs.eta, self.directions(mine), self.s.keep):
                 return t
         return None
 
@@ -290,7 +327,8 @@ class Driver:
                     return
                 fixed = remaining[0]
             trial_id, _ = self.study.new_trial(self.space, bracket, fixed)
-            self.launch(trial_id, self.s.rungs.levels(bracket)[0])
+            # Without early decisions a trial runs straight to the full budget.
+            self.launch(trial_id, self.s.rungs.max_resource if self.s.form == "none" else self.s.rungs.levels(bracket)[0])
 
     def done(self) -> bool:
         if self.running:

@@ -56,28 +56,55 @@ class Rungs:
         return None
 
 
-def top_count(reached: int, eta: int) -> int:
-    """How many of the trials that reached a rung may go on from it (ASHA's floor(n / eta))."""
-    return reached // eta
+def top_count(reached: int, eta: int, keep: float | None = None) -> int:
+    """How many of the trials that reached a rung may go on from it: ASHA's floor(n / eta), or
+    floor(n * keep) with another fraction."""
+    return int(math.floor(reached * keep + 1e-9)) if keep is not None else reached // eta
 
 
-def rank_of(value: float, values: list[float], minimize: bool) -> int:
-    """0 for the best of `values` (which include `value`); ties share the better rank."""
-    return sum(1 for v in values if (v < value if minimize else v > value))
+def rank_of(value, values: list, minimize) -> int:
+    """0 for the best of `values` (which include `value`); ties share the better rank. Vectors
+    (several objectives; `minimize` then a list) rank by non-dominated sorting, then by the first
+    objective within a front."""
+    if not isinstance(value, (list, tuple)):
+        return sum(1 for v in values if (v < value if minimize else v > value))
+    signs = [1.0 if m else -1.0 for m in minimize]
+    points = [tuple(s * x for s, x in zip(signs, v)) for v in values]
+    mine = tuple(s * x for s, x in zip(signs, value))
+    fronts = pareto_ranks(points)
+    order = sorted(range(len(points)), key=lambda i: (fronts[i], points[i][0]))
+    mine_key = (fronts[points.index(mine)], mine[0])
+    return sum(1 for i in order if (fronts[i], points[i][0]) < mine_key)
 
 
-def promotable(value: float, rung_values: list[float], eta: int, minimize: bool) -> bool:
-    """Promotion form: among the top floor(n / eta) of the n values at the rung."""
-    k = top_count(len(rung_values), eta)
+def pareto_ranks(points: list[tuple]) -> list[int]:
+    """Non-dominated sorting (all objectives minimised): 0 for the first front, 1 for the next..."""
+    remaining, rank, ranks = set(range(len(points))), 0, [0] * len(points)
+
+    def dominates(a, b):
+        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+    while remaining:
+        front = {i for i in remaining if not any(dominates(points[j], points[i]) for j in remaining if j != i)}
+        for i in front:
+            ranks[i] = rank
+        remaining -= front
+        rank += 1
+    return ranks
+
+
+def promotable(value, rung_values: list, eta: int, minimize, keep: float | None = None) -> bool:
+    """Promotion form: among the top floor(n / eta) (or n * keep) of the n values at the rung."""
+    k = top_count(len(rung_values), eta, keep)
     return k > 0 and rank_of(value, rung_values, minimize) < k
 
 
-def continues(value: float, rung_values: list[float], eta: int, minimize: bool) -> bool:
+def continues(value, rung_values: list, eta: int, minimize, keep: float | None = None) -> bool:
     """Stopping form: with fewer than eta values at the rung the trial goes on; otherwise only
-    among the top 1/eta (at least one) of the values recorded there so far."""
-    if len(rung_values) < eta:
+    among the top 1/eta (or keep; at least one) of the values recorded there so far."""
+    if len(rung_values) < eta and keep is None:
         return True
-    k = max(1, top_count(len(rung_values), eta))
+    k = max(1, top_count(len(rung_values), eta, keep))
     return rank_of(value, rung_values, minimize) < k
 
 
