@@ -148,7 +148,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
       throw frugal::OptionError("model.activation_checkpointing", "model.activation_checkpointing: attention is BERT's; ResNet takes off, full, every:K or stage");
     }
     if (m.base_channels < 1) throw frugal::OptionError("base_channels", c10::str("base_channels must be >= 1, got ", m.base_channels));
-    stage_depths(m.stage_depths);  // refused here, naming the key, before any data is read
+    if (!m.stage_depths.empty()) stage_depths(m.stage_depths);  // refused here, naming the key, before any data is read
   });
   config.add_check("images", [&d] {
     if (d.size < 32) throw frugal::OptionError("size", c10::str("size must be >= 32, got ", d.size));

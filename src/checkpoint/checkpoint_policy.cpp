@@ -329,15 +329,18 @@ void CheckpointPolicy::finish_sharded(bool block) {
     error = e.what();
     log::error(error);
   }
-  // Every rank's two shard files (size, CRC-32) and whether it failed, in one collective.
+  // Every rank's two shard files (size, XXH3 as two 32-bit halves: the collective takes a maximum
+  // of signed values) and whether it failed, in one collective.
   const int64_t world = run_->world_size(), rank = run_->rank();
-  std::vector<int64_t> table(static_cast<size_t>(1 + 4 * world), 0);
+  std::vector<int64_t> table(static_cast<size_t>(1 + 6 * world), 0);
   table[0] = error.empty() ? 0 : 1;
   for (const auto& f : files) {
     for (int k = 0; k < 2; ++k) {
       if (f.name == CheckpointStore::shard_file(rank, world, k == 0 ? "weights" : "optimizer")) {
-        table[static_cast<size_t>(1 + 4 * rank + 2 * k)] = static_cast<int64_t>(f.size);
-        table[static_cast<size_t>(2 + 4 * rank + 2 * k)] = f.crc32;
+        const size_t at = static_cast<size_t>(1 + 6 * rank + 3 * k);
+        table[at] = static_cast<int64_t>(f.size);
+        table[at + 1] = static_cast<int64_t>(f.xxh3 >> 32);
+        table[at + 2] = static_cast<int64_t>(f.xxh3 & 0xffffffffu);
       }
     }
   }
@@ -371,11 +374,12 @@ void CheckpointPolicy::finish_sharded(bool block) {
   }
   for (int64_t r = 0; r < world; ++r) {
     for (int k = 0; k < 2; ++k) {
-      records.push_back({CheckpointStore::shard_file(r, world, k == 0 ? "weights" : "optimizer"),
-                         static_cast<uint64_t>(table[static_cast<size_t>(1 + 4 * r + 2 * k)]),
-                         static_cast<uint32_t>(table[static_cast<size_t>(2 + 4 * r + 2 * k)])});
+      const size_t at = static_cast<size_t>(1 + 6 * r + 3 * k);
+      records.push_back({CheckpointStore::shard_file(r, world, k == 0 ? "weights" : "optimizer"), static_cast<uint64_t>(table[at]),
+                         (static_cast<uint64_t>(table[at + 1]) << 32) | static_cast<uint64_t>(table[at + 2])});
     }
   }
+
   const CheckpointInfo info = store_.finish_sharded(*snapshot, records, write_options(snapshot->state.step));
   if (remote_ && !to_upload.empty()) {  // rank 0 also sends meta.json, and keeps the manifest for the commit
     remote_->uploader->stage(info.dir, step, {"meta.json", "manifest.json"});

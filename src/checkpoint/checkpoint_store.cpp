@@ -15,6 +15,7 @@
 
 #include "base/host_memory.hpp"
 #include "base/checkpoint_names.hpp"
+#include "base/durable_file.hpp"
 #include "base/durable_io.hpp"
 #include "frugal/log.hpp"
 
@@ -140,6 +141,21 @@ std::vector<std::string> required_files(const json& meta) {
   return files;
 }
 
+// Every file of a checkpoint is written the same way: serialized straight into the file (no copy
+// in memory), checksummed on the way, fsynced (detail::DurableFile). Its errors are kept and
+// thrown afterwards, never inside LibTorch's serializer, whose own file writer aborts the
+// process (an exception from a destructor) when the disk fills up mid-write.
+FileRecord write_file(const fs::path& dir, const std::string& name, const std::function<void(detail::DurableFile&)>& fill) {
+  detail::DurableFile file(dir / name);
+  fill(file);
+  const auto written = file.finish();
+  return {name, written.size, written.xxh3};
+}
+
+FileRecord write_archive(const fs::path& dir, const std::string& name, torch::serialize::OutputArchive& archive) {
+  return write_file(dir, name, [&](detail::DurableFile& file) { archive.save_to(file.writer()); });
+}
+
 // state.pt: the snapshot's named tensors (model weights in the storage dtype).
 FileRecord write_state(const fs::path& dir, const TrainingSnapshot& snapshot, Precision dtype, json& names) {
   torch::serialize::OutputArchive archive;
@@ -148,14 +164,15 @@ FileRecord write_state(const fs::path& dir, const TrainingSnapshot& snapshot, Pr
     archive.write(c10::str("t", i++), stored(key, tensor, dtype), /*is_buffer=*/true);
     names.push_back(key);
   }
-  // Serialized in memory, then written by us: LibTorch's file writer aborts the process (an
-  // exception from a destructor) when the disk fills up mid-write.
-  const std::string bytes = detail::archive_bytes(archive);
-  return {kState, bytes.size(), detail::write_file_synced(dir / kState, bytes)};
+  return write_archive(dir, kState, archive);
 }
 
 FileRecord write_bytes(const fs::path& dir, const std::string& name, const std::string& bytes) {
-  return {name, bytes.size(), detail::write_file_synced(dir / name, bytes)};
+  return write_file(dir, name, [&](detail::DurableFile& file) { file.write(bytes.data(), bytes.size()); });
+}
+
+FileRecord write_optimizer(const fs::path& dir, const std::string& name, const TrainingSnapshot& snapshot) {
+  return write_file(dir, name, [&](detail::DurableFile& file) { snapshot.write_optimizer(file.writer()); });
 }
 
 json meta_of(const TrainingSnapshot& snapshot, const CheckpointWriteOptions& options, const json& names) {
@@ -239,7 +256,7 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
     json names = json::array();
     std::vector<FileRecord> records{write_state(tmp, snapshot, options.weights_dtype, names)};
     stage(kState);
-    records.push_back(write_bytes(tmp, kOptimizer, snapshot.optimizer_bytes()));
+    records.push_back(write_optimizer(tmp, kOptimizer, snapshot));
     stage(kOptimizer);
     if (!options.config_toml.empty()) records.push_back(write_bytes(tmp, kConfig, options.config_toml));
     const json meta = meta_of(snapshot, options, names);
@@ -255,7 +272,7 @@ CheckpointInfo CheckpointStore::write(const TrainingSnapshot& snapshot, const Ch
 void CheckpointStore::publish(const fs::path& tmp, const fs::path& final_dir, const std::vector<FileRecord>& records,
                               const std::function<void(const char*)>& stage) const {
   json manifest{{"files", json::array()}};
-  for (const auto& f : records) manifest["files"].push_back({{"name", f.name}, {"size", f.size}, {"crc32", f.crc32}});
+  for (const auto& f : records) manifest["files"].push_back({{"name", f.name}, {"size", f.size}, {"xxh3", detail::hex64(f.xxh3)}});
   detail::write_file_synced(tmp / kManifest, manifest.dump(1));
   detail::fsync_directory(tmp);
   stage(kManifest);
@@ -315,9 +332,9 @@ std::vector<FileRecord> CheckpointStore::write_shard(const TrainingSnapshot& sna
       for (size_t k = 0; k < snapshot.shard_weights.size(); ++k) {
         archive.write(c10::str("w", k), stored("model/", snapshot.shard_weights[k], options.weights_dtype), /*is_buffer=*/true);
       }
-      records.push_back(write_bytes(tmp, shard_file(rank, world, "weights"), detail::archive_bytes(archive)));
+      records.push_back(write_archive(tmp, shard_file(rank, world, "weights"), archive));
     }
-    records.push_back(write_bytes(tmp, shard_file(rank, world, "optimizer"), snapshot.optimizer_bytes()));
+    records.push_back(write_optimizer(tmp, shard_file(rank, world, "optimizer"), snapshot));
     if (options.on_stage) options.on_stage("shard");
     if (rank == 0) {
       json names = json::array();
@@ -393,7 +410,12 @@ std::string CheckpointStore::verify(const fs::path& dir, const std::function<boo
         return c10::str(name, " is ", size, " bytes but the manifest says ", f.at("size").get<uintmax_t>(), " (truncated?)");
       }
       if (checksum && name != kMeta && !checksum(name)) continue;
-      const uint32_t crc = detail::crc32_of_file(path);
+      if (f.contains("xxh3")) {
+        const std::string want = f.at("xxh3").get<std::string>(), got = detail::hex64(detail::xxh3_of_file(path));
+        if (got != want) return c10::str(name, " fails its checksum (xxh3 ", got, ", manifest ", want, "): corrupt");
+        continue;
+      }
+      const uint32_t crc = detail::crc32_of_file(path);  // checkpoints written before XXH3
       if (crc != f.at("crc32").get<uint32_t>()) {
         return c10::str(name, " fails its checksum (crc32 ", crc, ", manifest ", f.at("crc32").get<uint32_t>(), "): corrupt");
       }

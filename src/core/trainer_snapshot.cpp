@@ -57,6 +57,14 @@ std::string TrainingSnapshot::optimizer_bytes() const {
   return optimizer.empty() && optimizer_copy ? serialize_optimizer(*optimizer_copy) : optimizer;
 }
 
+void TrainingSnapshot::write_optimizer(const std::function<size_t(const void*, size_t)>& writer) const {
+  if (optimizer.empty() && optimizer_copy) {
+    detail::write_optimizer_archive(*optimizer_copy, writer);
+  } else {
+    writer(optimizer.data(), optimizer.size());
+  }
+}
+
 TrainingSnapshot Trainer::snapshot() const {
   TrainingSnapshot s;
   torch::NoGradGuard no_grad;

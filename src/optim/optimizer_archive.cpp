@@ -16,11 +16,14 @@ bool saves_like_libtorch(const torch::optim::Optimizer& o) {
          dynamic_cast<const RMSprop*>(&o) || dynamic_cast<const Adagrad*>(&o) || dynamic_cast<const LBFGS*>(&o);
 }
 
-std::string optimizer_archive_bytes(const torch::optim::Optimizer& optimizer) {
+namespace {
+
+// The optimizer's archive as optimizer_archive_bytes describes it.
+torch::serialize::OutputArchive archive_of(const torch::optim::Optimizer& optimizer) {
   torch::serialize::OutputArchive root;
   if (!saves_like_libtorch(optimizer)) {
     optimizer.save(root);
-    return archive_bytes(root);
+    return root;
   }
   // Positions as keys; load() parses a key as an integer, so they are decimal numbers.
   std::unordered_map<const void*, std::string> key_of;
@@ -55,7 +58,18 @@ std::string optimizer_archive_bytes(const torch::optim::Optimizer& optimizer) {
     groups_archive.write("param_groups/" + std::to_string(g), group);
   }
   root.write("param_groups", groups_archive);
+  return root;
+}
+
+}  // namespace
+
+std::string optimizer_archive_bytes(const torch::optim::Optimizer& optimizer) {
+  auto root = archive_of(optimizer);
   return archive_bytes(root);
+}
+
+void write_optimizer_archive(const torch::optim::Optimizer& optimizer, const std::function<size_t(const void*, size_t)>& writer) {
+  archive_of(optimizer).save_to(writer);
 }
 
 }  // namespace frugal::detail

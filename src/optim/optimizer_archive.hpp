@@ -5,6 +5,7 @@
 // bytes. Optimizer::load reads it unchanged (it maps keys to parameters by position).
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <string>
 
 namespace frugal::detail {
@@ -16,5 +17,7 @@ bool saves_like_libtorch(const torch::optim::Optimizer& optimizer);
 /// The optimizer's archive bytes, deterministic for LibTorch's own optimizers (SGD, Adam, AdamW,
 /// RMSprop, Adagrad, LBFGS and their subclasses); any other optimizer's own save().
 std::string optimizer_archive_bytes(const torch::optim::Optimizer& optimizer);
+/// The same bytes, handed to `writer` as they are made (a checkpoint file, without a copy in memory).
+void write_optimizer_archive(const torch::optim::Optimizer& optimizer, const std::function<size_t(const void*, size_t)>& writer);
 
 }  // namespace frugal::detail

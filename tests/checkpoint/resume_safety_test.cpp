@@ -54,6 +54,7 @@ void refit_manifest(const fs::path& dir, const std::string& file) {
   for (auto& f : parsed["files"]) {
     if (f["name"] == file) {
       f["size"] = bytes.size();
+      f.erase("xxh3");  // as an older manifest: a CRC-32, which the reader still takes
       f["crc32"] = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()));
     }
   }

@@ -8,15 +8,15 @@ rm -rf "$work"; mkdir -p "$work"
 cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
 torch_prefix="$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 launcher=(); command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-build_consumer() {  # PREFIX FOLDER
+build_consumer() {  # PREFIX FOLDER TARGET...
   cmake -S "$source_dir/tests/consumer" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
         -DCMAKE_CXX_FLAGS="$cxx_flags" -DCMAKE_EXE_LINKER_FLAGS="$linker_flags" \
         -DCMAKE_PREFIX_PATH="$1;$torch_prefix" > "$2.configure.log" 2>&1 || { cat "$2.configure.log"; exit 1; }
   grep -q "frugal_DIR:PATH=$1" "$2/CMakeCache.txt" || { echo "found another frugal:"; grep frugal_DIR "$2/CMakeCache.txt"; exit 1; }
-  cmake --build "$2" > "$2.build.log" 2>&1 || { cat "$2.build.log"; exit 1; }
+  cmake --build "$2" --target "${@:3}" > "$2.build.log" 2>&1 || { cat "$2.build.log"; exit 1; }
   "$2/consumer"
 }
-build_consumer "$work/prefix/lib/cmake/frugal" "$work/installed"
+build_consumer "$work/prefix/lib/cmake/frugal" "$work/installed" consumer skip_high_loss
 
 # A policy of one's own (public headers only) next to bf16, accumulation and checkpoints: the
 # model learns in spite of a bad shard; with the policy off it does not, so the check can fail.
@@ -36,4 +36,5 @@ fi
 help_text="$("$plug" --help --trainer.run_dir="$work/help")"
 grep -q "skip.threshold" <<< "$help_text" || { echo "--help does not list the policy's key: $help_text"; exit 1; }
 [ ! -e "$work/help/metrics.jsonl" ] || { echo "--help trained"; exit 1; }
-build_consumer "$(cd "$build_dir" && pwd)" "$work/build-tree"
+# The build tree's package too (one target: finding it and linking is what differs).
+build_consumer "$(cd "$build_dir" && pwd)" "$work/build-tree" consumer

@@ -60,6 +60,8 @@ struct TrainingSnapshot {
 
   /// The optimizer's bytes, serializing optimizer_copy if that is what the snapshot holds.
   std::string optimizer_bytes() const;
+  /// The same bytes handed to `writer` as they are made (serialized straight into a file).
+  void write_optimizer(const std::function<size_t(const void*, size_t)>& writer) const;
   TrainerState state;
   DataPosition data;
   int64_t world_size = 1;

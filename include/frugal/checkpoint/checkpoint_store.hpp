@@ -60,7 +60,9 @@ struct CheckpointInfo {
 struct FileRecord {
   std::string name;
   uint64_t size = 0;
-  uint32_t crc32 = 0;
+  /// XXH3-64 of the file, computed as it was written (manifests before 2026-12 hold a CRC-32
+  /// instead; both are read).
+  uint64_t xxh3 = 0;
 };
 
 struct FoundCheckpoint {

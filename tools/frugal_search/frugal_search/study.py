@@ -28,6 +28,8 @@ from .errors import SearchError
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 A = "frugal."  # prefix of the search's user attributes
+CONFIRM_SECONDS = 2.0  # how long a trial must look abandoned before another worker takes it over
+DEAD_CONFIRM_SECONDS = 0.5  # ... when its worker is a dead process of this machine (the claim's writes take ms)
 
 
 def boot_id() -> str:
@@ -119,6 +121,8 @@ class Study:
         self.storage = self.optuna._storage
         self.study_id = self.optuna._study_id
         self.worker = WorkerId.mine()
+        self._reseeded = False
+        self._suspects: dict[int, tuple[float, tuple]] = {}
 
     # -- reading --
     def trials(self) -> list[FrozenTrial]:
@@ -137,10 +141,21 @@ class Study:
             trial_id = self.storage.create_new_trial(self.study_id, template_trial=template)
             params = dict(fixed)
         else:
+            self._diverge_from_other_workers()
             trial_id = self.storage.create_new_trial(self.study_id)
             params = space.sample(optuna.Trial(self.optuna, trial_id))
         self.set(trial_id, bracket=bracket, rung=0, state="running", worker=self.worker.text(), heartbeat=time.time(), seconds=0.0)
         return trial_id, params
+
+    def _diverge_from_other_workers(self) -> None:
+        """Workers started with the same --seed would propose the same configurations in lockstep:
+        once another worker's trial is in the study, this worker's sampler takes a fresh seed."""
+        if self._reseeded:
+            return
+        mine = self.worker.text()
+        if any(attr(t, "worker", mine) != mine for t in self.trials()):
+            self.optuna.sampler.reseed_rng()
+            self._reseeded = True
 
     # -- attributes --
     def set(self, trial_id: int, **values) -> None:
@@ -187,15 +202,30 @@ class Study:
 
     def stale(self, trial: FrozenTrial, after_seconds: float) -> bool:
         """A RUNNING trial whose worker is gone: a dead process of this machine's boot, or no
-        heartbeat for `after_seconds`."""
+        heartbeat for `after_seconds`. A worker writes its name and heartbeat just after it takes
+        a trial, so a trial is judged gone only when it looked so, unchanged, for CONFIRM_SECONDS:
+        a trial being created or claimed at this moment is not."""
         if trial.state != TrialState.RUNNING:
+            self._suspects.pop(trial._trial_id, None)
             return False
         attrs = trial.user_attrs
         worker = WorkerId.parse(attrs.get(A + "worker", ""))
+        started = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
+        heartbeat = float(attrs.get(A + "heartbeat", started))
+        gone = time.time() - max(heartbeat, started) > after_seconds
+        confirm = CONFIRM_SECONDS
         if worker and worker.boot == self.worker.boot and worker.host == self.worker.host and worker.pid != self.worker.pid:
             if not process_alive(worker.pid):
-                return True
-        return time.time() - float(attrs.get(A + "heartbeat", 0.0)) > after_seconds
+                gone, confirm = True, DEAD_CONFIRM_SECONDS
+        if not gone:
+            self._suspects.pop(trial._trial_id, None)
+            return False
+        seen = (attrs.get(A + "worker"), attrs.get(A + "heartbeat"))
+        first = self._suspects.get(trial._trial_id)
+        if first is None or first[1] != seen:
+            self._suspects[trial._trial_id] = (time.time(), seen)
+            return False
+        return time.time() - first[0] >= confirm
 
 
 def _distribution_value(distribution, text: str):
