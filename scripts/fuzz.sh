@@ -41,6 +41,24 @@ cxx=clang++-14
 command -v ccache > /dev/null && cxx="ccache clang++-14"
 seed=()
 [ -n "${FRUGAL_FUZZ_SEED:-}" ] && seed=(-seed="$FRUGAL_FUZZ_SEED")
+# Each source is compiled on its own, as many at a time as there are cores: ccache caches only
+# one-source calls (a source shared by two targets then comes from the cache too); the objects are
+# linked with libFuzzer's main.
+compile_flags=("${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}")
+compile_all() {  # SOURCE... -> prints the objects; compile errors on stderr, status 1
+  local src obj objs=() failed=0 running=0
+  for src in "$@"; do
+    obj=build/fuzz/obj/${src//\//_}.o
+    objs+=("$obj")
+    $cxx "${compile_flags[@]}" -c "$src" -o "$obj" &
+    running=$((running + 1))
+    if [ "$running" -ge "$(nproc)" ]; then wait -n || failed=1; running=$((running - 1)); fi
+  done
+  while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+  echo "${objs[@]}"
+  return $failed
+}
+mkdir -p build/fuzz/obj
 status=0
 for t in "${targets[@]}"; do
   out=build/fuzz/$t
@@ -61,7 +79,8 @@ for t in "${targets[@]}"; do
     continue
   fi
   # shellcheck disable=SC2086
-  if ! $cxx "${flags[@]}" tests/fuzz/"$t"_fuzz.cpp ${sources[$t]} -o "$out/fuzz" "${libs[@]}" > "$out/build.log" 2>&1; then
+  if ! objects=$(compile_all tests/fuzz/"$t"_fuzz.cpp ${sources[$t]} 2> "$out/build.log") ||
+     ! $cxx "${flags[@]}" $objects -o "$out/fuzz" "${libs[@]}" >> "$out/build.log" 2>&1; then
     echo "$t: build failed (see $out/build.log)"; tail -5 "$out/build.log"; status=1; continue
   fi
   # LibTorch's own allocations are not instrumented; leaks inside it are not ours to report.

@@ -24,6 +24,18 @@ mkdir -p build/gpu-deps
 venv_nvjpeg=$("${FRUGAL_VENV:-$HOME/.cache/frugal/venv}/bin/python" -c \
   "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'lib', 'libnvjpeg.so.13'))")
 cp "$venv_nvjpeg" build/gpu-deps/
+# Optuna and its pure-Python dependencies, zipped, for frugal-search's stage (the machine's python3
+# has torch and numpy but not these).
+"${FRUGAL_VENV:-$HOME/.cache/frugal/venv}/bin/python" - build/gpu-deps/python.zip <<'PY'
+import os, sys, zipfile, optuna
+site = os.path.dirname(os.path.dirname(optuna.__file__))
+with zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as z:
+    for package in ("optuna", "colorlog", "tqdm", "packaging"):
+        for root, dirs, files in os.walk(os.path.join(site, package)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for f in files:
+                z.write(os.path.join(root, f), os.path.relpath(os.path.join(root, f), site))
+PY
 source scripts/env.sh
 grep -q "CMAKE_BUILD_TYPE:STRING=Release" build/CMakeCache.txt || { echo "prepare.sh: build/ is not a Release build" >&2; exit 1; }
 cmake --build build -j "$(nproc)" --target $(cat bench/gpu/targets.txt)

@@ -202,6 +202,13 @@ for p in fp32 fp16 bf16; do
 done
 stage bert_tiny 60 "$bin/frugal_bert_squad" --config examples/bert_squad/tiny.toml --trainer.device=$dev \
   --precision.mode=bf16 --squad.cache=build/gpu-cache --trainer.run_dir="$logs/bert_tiny" && tail -n 1 "$logs/bert_tiny.txt"
+# frugal-search on the device (issue 42): ASHA over the minimal example on CUDA, its promoted trials
+# resumed from checkpoints written on the GPU. Optuna comes zipped in build/gpu-deps (prepare.sh);
+# the machine's python3 must have numpy.
+stage search_gpu 120 env PYTHONPATH="$PWD/build/gpu-deps/python.zip:$PWD/tools/frugal_search" "$python" -m frugal_search \
+  --out "$logs/search_gpu" --space "model.hidden=8:64:log" --space "model.lr=1e-3:3e-2:log" --objective loss:min \
+  --max-resource 3 --trials 6 --sampler tpe --seed 1 -- "$PWD/$bin/frugal_minimal" --config examples/minimal/config.toml \
+  --trainer.device=$dev --precision.mode=bf16 --smoke_test.mode=off && tail -n 4 "$logs/search_gpu.txt"
 
 summary
 pack

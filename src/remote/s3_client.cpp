@@ -586,16 +586,9 @@ void S3Client::put_file(const std::string& key, const fs::path& file, const std:
 }
 
 std::optional<std::string> S3Client::get_bytes_if_exists(const std::string& key) {
-  Request r;
-  r.key = key;
-  r.accepted = {404};
-  const Response response = perform(r);
-  if (response.status == 404) {
-    const auto error = s3xml::parse_error(response.body);
-    if (error && error->code == "NoSuchBucket") fail(r, response);
-    return std::nullopt;
-  }
-  return response.body;
+  auto object = get_versioned(key);
+  if (!object) return std::nullopt;
+  return std::move(object->bytes);
 }
 
 std::string S3Client::get_bytes(const std::string& key) {

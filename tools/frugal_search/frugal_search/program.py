@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import statistics
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -98,7 +99,11 @@ class TrialMetrics:
         values = [float(r[metric]) for r in self.train if metric in r and isinstance(r[metric], (int, float))]
         if not values:
             return None
-        return max(values) if metric.startswith("peak") or metric.endswith("_mb") else sum(values) / len(values)
+        if metric.startswith("peak") or metric.endswith("_mb"):
+            return max(values)
+        # A rate's median over the trial's log windows: one stalled window (a page-cache miss, another
+        # process on the core) must not reorder configurations whose real speeds are equal.
+        return statistics.median(values)
 
 
 def read_metrics(run_dir: str) -> TrialMetrics:
