@@ -44,6 +44,8 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFRUGAL_PYTHON=
       > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
 rm -f "$dir.configure.log"
 start=$(date +%s)
+# FRUGAL_SANITIZE_TARGETS="a b" builds only those (then select their tests with ctest arguments).
+[ -n "${FRUGAL_SANITIZE_TARGETS:-}" ] && read -r -a targets <<< "$FRUGAL_SANITIZE_TARGETS"
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}"
 built=$(date +%s)
 # GPU tests skip themselves here; a sanitizer report fails its test (halt_on_error, exit code).
