@@ -1,5 +1,7 @@
 #include "dropout.hpp"
 
+#include "base/target_clones.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -27,7 +29,7 @@ constexpr int64_t kPairsPerBlock = 256;
 // dst[j] = src[j] * scale, or 0 where draw j is below threshold, for the count <= 2 * kPairsPerBlock
 // elements from pair `first_pair` on: element 2k draws hash k's low 32 bits, element 2k + 1 its high ones.
 template <typename T>
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+FRUGAL_TARGET_CLONES("arch=x86-64-v4", "arch=x86-64-v3", "default")
 void apply_block(const T* src, T* dst, uint64_t seed, int64_t first_pair, int64_t count, uint32_t threshold, T scale) {
   uint32_t draws[2 * kPairsPerBlock];
   for (int64_t k = 0; k < kPairsPerBlock; ++k) {

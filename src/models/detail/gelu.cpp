@@ -1,5 +1,7 @@
 #include "gelu.hpp"
 
+#include "base/target_clones.hpp"
+
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -31,7 +33,7 @@ __attribute__((always_inline)) inline void normal_cdf_and_exp(float v, float& cd
 }
 
 // dx = dy (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+FRUGAL_TARGET_CLONES("arch=x86-64-v4", "arch=x86-64-v3", "default")
 void gelu_gradients(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float cdf, e;

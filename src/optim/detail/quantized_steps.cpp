@@ -17,6 +17,7 @@
 #include "frugal/errors.hpp"
 #include "frugal/optim/state_quantization.hpp"
 #include "optim/detail/code_table.hpp"
+#include "base/target_clones.hpp"
 
 namespace frugal::detail {
 namespace {
@@ -57,7 +58,7 @@ constexpr int64_t kBlocksPerTask = 16;
 // The per-element update over fp32 arrays of one block, written so the compiler vectorizes it;
 // compiled for AVX-512, AVX2 and the baseline and picked at load time. Same results either way:
 // no contraction into FMA (ISO C++ mode) and the same IEEE operations.
-#define FRUGAL_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#define FRUGAL_VECTOR_CLONES FRUGAL_TARGET_CLONES("arch=x86-64-v4", "avx2", "default")
 
 FRUGAL_VECTOR_CLONES void adam_block(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t len,
                                      const AdamConstants c) {
