@@ -46,16 +46,22 @@ seed=()
 # linked with libFuzzer's main.
 compile_flags=("${flags[@]/-fsanitize=fuzzer,/-fsanitize=fuzzer-no-link,}")
 compile_all() {  # SOURCE... -> prints the objects; compile errors on stderr, status 1
-  local src obj objs=() failed=0 running=0
+  # In batches of nproc, each compile waited for by its pid (`wait -n` can miss a job that ended
+  # before it was called, and then returns 127).
+  local src obj objs=() pids=() failed=0 pid
   for src in "$@"; do
     obj=build/fuzz/obj/${src//\//_}.o
     objs+=("$obj")
     $cxx "${compile_flags[@]}" -c "$src" -o "$obj" &
-    running=$((running + 1))
-    if [ "$running" -ge "$(nproc)" ]; then wait -n || failed=1; running=$((running - 1)); fi
+    pids+=($!)
+    if [ "${#pids[@]}" -ge "$(nproc)" ]; then
+      for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+      pids=()
+    fi
   done
-  while [ "$running" -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
   echo "${objs[@]}"
+  [ "$failed" -eq 0 ] || echo "compile failed: $*" >&2
   return $failed
 }
 mkdir -p build/fuzz/obj
