@@ -91,10 +91,9 @@ int main(int argc, char** argv) {
         ckpt = seconds_since(start);
         bytes = directory_bytes(info.dir);
       } else {
-        raw = raw_write(dir / "raw.bin", bytes > 0 ? bytes : size_t{268} << 20);
+        raw = raw_write(dir / "raw.bin", bytes);  // round 0 writes the checkpoint first: its size is known
       }
     }
-    if (r % 2 == 0) raw = raw_write(dir / "raw.bin", bytes);  // the first round's raw file had no size yet
     write_s.push_back(ckpt);
     ckpt_rate.push_back(static_cast<double>(bytes) / ckpt);
     raw_rate.push_back(static_cast<double>(bytes) / raw);

@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <vector>
 
+#include "base/durable_io.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal::detail {
@@ -96,23 +96,9 @@ DurableFile::Written DurableFile::finish() {
 }
 
 uint64_t xxh3_of_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError("cannot open '" + path.string() + "': " + std::strerror(errno));
   auto state = std::make_unique<XXH3_state_t>();
   XXH3_64bits_reset(state.get());
-  std::vector<char> buffer(kChunk);
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      throw CheckpointError("cannot read '" + path.string() + "': " + why);
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(state.get(), buffer.data(), static_cast<size_t>(n));
-  }
-  ::close(fd);
+  read_in_pieces(path, [&](const char* data, size_t size) { XXH3_64bits_update(state.get(), data, size); });
   return XXH3_64bits_digest(state.get());
 }
 

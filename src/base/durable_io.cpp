@@ -80,16 +80,21 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 uint32_t crc32_of_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("cannot read '" + path.string() + "'");
-  std::vector<char> buffer(1 << 20);
   uLong crc = crc32(0L, Z_NULL, 0);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const auto n = in.gcount();
-    if (n > 0) crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
-  }
+  read_in_pieces(path, [&](const char* data, size_t size) { crc = crc32(crc, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(size)); });
   return static_cast<uint32_t>(crc);
+}
+
+void read_in_pieces(const std::filesystem::path& path, const std::function<void(const char*, size_t)>& take) {
+  const Fd fd(path, O_RDONLY);
+  std::vector<char> buffer(size_t{8} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot read", path);
+    if (n == 0) return;
+    take(buffer.data(), static_cast<size_t>(n));
+  }
 }
 
 }  // namespace frugal::detail

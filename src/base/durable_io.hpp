@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace frugal::detail {
@@ -16,5 +17,7 @@ void fsync_file(const std::filesystem::path& path);
 void fsync_directory(const std::filesystem::path& path);
 std::string read_file(const std::filesystem::path& path);
 uint32_t crc32_of_file(const std::filesystem::path& path);
+/// Hands the file's bytes to `take` front to back, 8 MB at a time (checksumming a whole file).
+void read_in_pieces(const std::filesystem::path& path, const std::function<void(const char*, size_t)>& take);
 
 }  // namespace frugal::detail

@@ -326,7 +326,7 @@ class Driver:
                 if not remaining:
                     return
                 fixed = remaining[0]
-            trial_id, _ = self.study.new_trial(self.space, bracket, fixed)
+            trial_id, _ = self.study.new_trial(self.space, bracket, trials, fixed)
             # Without early decisions a trial runs straight to the full budget.
             self.launch(trial_id, self.s.rungs.max_resource if self.s.form == "none" else self.s.rungs.levels(bracket)[0])
 

@@ -132,8 +132,9 @@ class Study:
         return self.storage.get_trial(trial_id)
 
     # -- creating --
-    def new_trial(self, space, bracket: int, fixed: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
-        """A new trial, RUNNING for this worker, with its parameters from the sampler (or `fixed`)."""
+    def new_trial(self, space, bracket: int, trials: list[FrozenTrial], fixed: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
+        """A new trial, RUNNING for this worker, with its parameters from the sampler (or `fixed`);
+        `trials`: the study's trials as the caller just read them."""
         if fixed is not None:
             distributions = {k: space.param(k).distribution() for k in fixed}
             values = {k: _distribution_value(distributions[k], v) for k, v in fixed.items()}
@@ -141,19 +142,19 @@ class Study:
             trial_id = self.storage.create_new_trial(self.study_id, template_trial=template)
             params = dict(fixed)
         else:
-            self._diverge_from_other_workers()
+            self._diverge_from_other_workers(trials)
             trial_id = self.storage.create_new_trial(self.study_id)
             params = space.sample(optuna.Trial(self.optuna, trial_id))
         self.set(trial_id, bracket=bracket, rung=0, state="running", worker=self.worker.text(), heartbeat=time.time(), seconds=0.0)
         return trial_id, params
 
-    def _diverge_from_other_workers(self) -> None:
+    def _diverge_from_other_workers(self, trials: list[FrozenTrial]) -> None:
         """Workers started with the same --seed would propose the same configurations in lockstep:
         once another worker's trial is in the study, this worker's sampler takes a fresh seed."""
         if self._reseeded:
             return
         mine = self.worker.text()
-        if any(attr(t, "worker", mine) != mine for t in self.trials()):
+        if any(attr(t, "worker", mine) != mine for t in trials):
             self.optuna.sampler.reseed_rng()
             self._reseeded = True
 
