@@ -108,8 +108,9 @@ int step_time(const std::string& out, const std::string& bucket, const fs::path&
     const fs::path run_dir = work / ((remote ? "remote-" : "local-") + std::to_string(round));
     fs::remove_all(run_dir);
     auto trainer = make_trainer(n, run_dir.string(), steps, batch);
-    auto options = frugal::CheckpointOptions().every_n_steps(10).keep_last(2).resume(false).remote_deadline_seconds(300);
-    if (remote) options.remote("s3://" + bucket + "/bench/steps-" + std::to_string(round));
+    auto options = frugal::CheckpointOptions().every_n_steps(10).keep_last(2).resume(false);
+    options.remote().deadline_seconds(300);
+    if (remote) options.remote().url("s3://" + bucket + "/bench/steps-" + std::to_string(round));
     frugal::add_checkpointing(*trainer, std::make_shared<frugal::CheckpointPolicy>(options));
     // The training loop alone (the final wait for the last commit is not a step), in the training
     // thread's CPU time as the other benchmarks: on this 2-core machine the S3 server itself runs

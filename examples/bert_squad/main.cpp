@@ -50,13 +50,13 @@ struct OptimizerOptions {
   double eps = 1e-6;
   double warmup_fraction = 0.1;
   bool fused = true;  // one fused kernel per step (Hugging Face Trainer's default, adamw_torch_fused)
-  int64_t state_bits = 32;  // 8: both moments in 8 bits (frugal/optim/state_quantization.hpp)
 };
 
-std::unique_ptr<torch::optim::Optimizer> make_adamw(torch::nn::Module& module, const OptimizerOptions& o) {
+std::unique_ptr<torch::optim::Optimizer> make_adamw(torch::nn::Module& module, const OptimizerOptions& o,
+                                                    const frugal::StateQuantization& states) {
   const auto options = torch::optim::AdamWOptions(o.lr).eps(o.eps).weight_decay(o.weight_decay);
   auto groups = frugal::weight_decay_groups(module, options, frugal::is_bias_or_layer_norm);
-  if (o.fused) return std::make_unique<frugal::FusedAdamW>(std::move(groups), options, frugal::StateQuantization().bits(o.state_bits));
+  if (o.fused) return std::make_unique<frugal::FusedAdamW>(std::move(groups), options, states);
   return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
 }
 
@@ -74,7 +74,7 @@ frugal::BertConfig architecture_of(const ModelOptions& m) {
   return c;
 }
 
-void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, OptimizerOptions& o) {
+void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, OptimizerOptions& o, const frugal::StateQuantization& states) {
   config.bind("model.dir", m.dir, "Hugging Face model directory (config.json, vocab.txt, model.safetensors)");
   config.bind("model.config", m.config, "Without model.dir: config.json of a model trained from random weights");
   config.bind("model.vocab", m.vocab, "Without model.dir: its vocab.txt");
@@ -106,7 +106,6 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
   config.bind("optimizer.eps", o.eps, "AdamW epsilon");
   config.bind("optimizer.warmup_fraction", o.warmup_fraction, "Share of the steps spent warming up, then linear decay");
   config.bind("optimizer.fused", o.fused, "AdamW as one fused kernel (frugal::FusedAdamW); false = torch::optim::AdamW");
-  config.bind("optimizer.state_bits", o.state_bits, "AdamW's moments in 32 or 8 bits (block-wise quantized, as bitsandbytes' AdamW8bit)");
   config.add_check("model", [&m] {
     frugal::parse_enum_option<frugal::CpuGemm>(m.cpu_gemm, "model.cpu_gemm");
     if (frugal::ActivationCheckpointing::parse(m.activation_checkpointing, "model.activation_checkpointing").scope == frugal::CheckpointScope::stage) {
@@ -129,12 +128,12 @@ void bind_example(frugal::Config& config, ModelOptions& m, SquadOptions& s, Opti
     if (s.decode.n_best < 1) throw frugal::OptionError("n_best", "n_best must be >= 1");
     if (s.decode.max_answer_length < 1) throw frugal::OptionError("max_answer_length", "max_answer_length must be >= 1");
   });
-  config.add_check("optimizer", [&o] {
+  config.add_check("optimizer", [&o, &states] {
     if (!(o.lr > 0)) throw frugal::OptionError("lr", c10::str("lr must be > 0, got ", o.lr));
     if (o.weight_decay < 0) throw frugal::OptionError("weight_decay", "weight_decay must be >= 0");
     if (o.warmup_fraction < 0 || o.warmup_fraction > 1) throw frugal::OptionError("warmup_fraction", "warmup_fraction must be in [0, 1]");
-    frugal::StateQuantization().bits(o.state_bits).validate();
-    if (o.state_bits == 8 && !o.fused) throw frugal::OptionError("state_bits", "state_bits=8 needs optimizer.fused=true (frugal::FusedAdamW)");
+    // torch::optim::AdamW keeps fp32 moments only.
+    if (states.bits() == 8 && !o.fused) throw frugal::OptionError("state_bits", "state_bits=8 needs optimizer.fused=true (frugal::FusedAdamW)");
   });
 }
 
@@ -168,7 +167,7 @@ int run(int argc, char** argv) {
   OptimizerOptions o;
   frugal::Config config;
   frugal::bind(config, options);
-  bind_example(config, m, s, o);
+  bind_example(config, m, s, o, options.optimizer_states);
   const frugal::ProgramStart start = frugal::start_program(argc, argv, config, options, "Frugal BERT example: SQuAD v1.1 fine-tuning");
   const frugal::CommandLine& cli = start.cli;
   if (cli.exit_code) {
@@ -233,7 +232,7 @@ int run(int argc, char** argv) {
             {"span_accuracy", (start_logits.argmax(1).eq(starts) & end_logits.argmax(1).eq(ends)).to(torch::kFloat32).mean()}};
       }));
   frugal::preemption::stop_if_requested("loading the model");
-  frugal::Trainer trainer(model, [o](torch::nn::Module& module) { return make_adamw(module, o); }, train, options.trainer,
+  frugal::Trainer trainer(model, [o, states = options.optimizer_states](torch::nn::Module& module) { return make_adamw(module, o, states); }, train, options.trainer,
                           options.data);
   if (dev) trainer.set_validation_data(dev);
   auto schedule = [&] {

@@ -44,7 +44,6 @@ struct OptimizerOptions {
   double warmup_epochs = 5;
   int64_t schedule_epochs = 0;  // length of the LR schedule; 0 = trainer.max_epochs
   double min_lr_factor = 0.0;
-  int64_t state_bits = 32;  // 8: the momentum in 8 bits (frugal::QuantizedSGD)
 };
 
 // Top-k accuracy of logits against labels, as a scalar tensor.
@@ -53,14 +52,15 @@ torch::Tensor top_k(const torch::Tensor& logits, const torch::Tensor& target, in
   return best.eq(target.unsqueeze(1)).any(1).to(torch::kFloat32).mean();
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_sgd(torch::nn::Module& module, const OptimizerOptions& o) {
+std::unique_ptr<torch::optim::Optimizer> make_sgd(torch::nn::Module& module, const OptimizerOptions& o,
+                                                  const frugal::StateQuantization& states) {
   const auto options = torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(o.weight_decay);
   const bool all = o.decay_norm_and_bias;
   return std::make_unique<frugal::QuantizedSGD>(
       frugal::weight_decay_groups(module, options, [all](const std::string& name, const torch::Tensor& p) {
         return !all && frugal::is_bias_or_norm(name, p);
       }),
-      options, frugal::StateQuantization().bits(o.state_bits));
+      options, states);
 }
 
 // "3,4,6,3": blocks in each of the 4 stages.
@@ -102,7 +102,6 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
   config.bind("model.activation_offload", m.activation_offload, "On CUDA: checkpointed segments' inputs wait in pinned host memory");
   config.bind("optimizer.lr", o.lr, "SGD learning rate at the end of warm-up");
   config.bind("optimizer.momentum", o.momentum, "SGD momentum");
-  config.bind("optimizer.state_bits", o.state_bits, "SGD momentum in 32 or 8 bits (block-wise quantized, as bitsandbytes' SGD8bit)");
   config.bind("optimizer.nesterov", o.nesterov, "Nesterov momentum");
   config.bind("optimizer.weight_decay", o.weight_decay, "L2 weight decay");
   config.bind("optimizer.decay_norm_and_bias", o.decay_norm_and_bias, "Also decay BatchNorm parameters and biases");
@@ -135,7 +134,6 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
     if (!(o.lr > 0)) throw frugal::OptionError("lr", c10::str("lr must be > 0, got ", o.lr));
     if (o.momentum < 0 || o.momentum >= 1) throw frugal::OptionError("momentum", c10::str("momentum must be in [0, 1), got ", o.momentum));
     if (o.nesterov && o.momentum == 0) throw frugal::OptionError("nesterov", "nesterov needs momentum > 0");
-    frugal::StateQuantization().bits(o.state_bits).validate();
     if (o.weight_decay < 0) throw frugal::OptionError("weight_decay", c10::str("weight_decay must be >= 0, got ", o.weight_decay));
     if (o.label_smoothing < 0 || o.label_smoothing >= 1) {
       throw frugal::OptionError("label_smoothing", c10::str("label_smoothing must be in [0, 1), got ", o.label_smoothing));
@@ -217,7 +215,7 @@ int run(int argc, char** argv) {
                                     {"top5", top_k(logits, b.target, 5)}};
       }));
   frugal::preemption::stop_if_requested("loading the model");
-  frugal::Trainer trainer(model, [o](torch::nn::Module& module) { return make_sgd(module, o); }, data.train,
+  frugal::Trainer trainer(model, [o, states = options.optimizer_states](torch::nn::Module& module) { return make_sgd(module, o, states); }, data.train,
                           options.trainer, options.data);
   if (data.val) trainer.set_validation_data(data.val);
   auto schedule = [&] {

@@ -1,9 +1,12 @@
 #pragma once
 // Frugal: efficient training over LibTorch. One include for the whole public API.
 
+#include "frugal/checkpoint/checkpoint_destination.hpp"
 #include "frugal/checkpoint/checkpoint_policy.hpp"
 #include "frugal/checkpoint/checkpoint_store.hpp"
 #include "frugal/checkpoint/consolidate.hpp"
+#include "frugal/checkpoint/local_destination.hpp"
+#include "frugal/checkpoint/remote_destination.hpp"
 #include "frugal/base/preemption.hpp"
 #include "frugal/base/snapshot.hpp"
 #include "frugal/config/config.hpp"

@@ -284,14 +284,19 @@ void Config::validate() const {
 std::string Config::to_toml() const {
   std::ostringstream out;
   out << "# Resolved configuration: each value with where it came from.\n";
-  std::string section;
+  // One table per section, in the order sections first appear: a section's keys may be bound in
+  // several places (the standard options' [optimizer] keys and a program's own), and TOML refuses
+  // a table defined twice.
+  std::vector<std::string> sections;
   for (const auto& e : entries_) {
     const std::string s = section_of(e.key);
-    if (s != section) {
-      out << (section.empty() ? "" : "\n") << "[" << s << "]\n";
-      section = s;
+    if (std::find(sections.begin(), sections.end(), s) == sections.end()) sections.push_back(s);
+  }
+  for (size_t i = 0; i < sections.size(); ++i) {
+    out << (i == 0 ? "" : "\n") << "[" << sections[i] << "]\n";
+    for (const auto& e : entries_) {
+      if (section_of(e.key) == sections[i]) out << e.key.substr(sections[i].size() + 1) << " = " << e.current_toml() << "  # " << e.source << "\n";
     }
-    out << e.key.substr(s.size() + 1) << " = " << e.current_toml() << "  # " << e.source << "\n";
   }
   return out.str();
 }

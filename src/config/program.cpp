@@ -43,7 +43,7 @@ ProgramStart start_program(int argc, char** argv, Config& config, const Standard
   if (start.cli.exit_code) return start;
   log::set_level(options.log_level);
   // From here a pre-emption notice is recorded, not fatal: loading data and models can take minutes.
-  if ((options.checkpoint_enabled || !options.checkpoint.remote().empty()) && options.checkpoint.on_signal()) preemption::install();
+  if ((options.checkpoint_enabled || options.checkpoint.remote().enabled()) && options.checkpoint.on_signal()) preemption::install();
   start.world = detect_world(process_environment());
   // A rank orphaned by a killed agent (SIGKILL from a scheduler or the OOM killer) would train on
   // and write checkpoints beside the relaunch; it gets SIGTERM instead.

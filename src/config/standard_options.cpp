@@ -97,6 +97,12 @@ void bind(Config& config, StandardOptions& o) {
   config.add_check("clipping", [&c] { c.validate(); });
   config.add_environment_alias("FRUGAL_CLIP_NORM", "clipping.max_norm");
 
+  StateQuantization& states = o.optimizer_states;
+  config.bind("optimizer.state_bits", states.bits(),
+              "Optimizer states in 32 or 8 bits (block-wise quantized, as bitsandbytes' 8-bit optimizers; Frugal's optimizers only)");
+  config.bind("optimizer.state_min_elements", states.min_elements(), "Parameters with fewer elements keep 32-bit states");
+  config.add_check("optimizer", [&states] { states.validate(); });
+
   config.bind("checkpoint.enabled", o.checkpoint_enabled, "Write checkpoints and resume from them");
   CheckpointOptions& k = o.checkpoint;
   config.bind("checkpoint.dir", k.dir(), "Checkpoint directory; \"\" = <run_dir>/checkpoints");
@@ -107,7 +113,7 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("checkpoint.keep_last", k.keep_last(), "Keep the newest N; 0 = all");
   config.bind("checkpoint.keep_best", k.keep_best(), "Also keep the best K by checkpoint.monitor");
   config.bind("checkpoint.monitor", k.monitor(), "Validation metric that ranks checkpoints");
-  config.bind("checkpoint.monitor_mode", k.monitor_mode(), "Lower or higher is better", {"min", "max"});
+  config.bind_enum("checkpoint.monitor_mode", k.monitor_mode(), "Lower or higher is better");
   config.bind_enum("checkpoint.weights_dtype", k.weights_dtype(),
                    "Storage precision of the weights (fp16/bf16: half the size, resume not exact)");
   config.bind("checkpoint.archive_dir", k.archive_dir(), "Move stale checkpoints here instead of deleting them");
@@ -115,24 +121,25 @@ void bind(Config& config, StandardOptions& o) {
   config.bind("checkpoint.async", k.async(), "Write in a background thread");
   config.bind("checkpoint.resume", k.resume(), "Resume from the newest valid checkpoint");
   config.bind("checkpoint.on_signal", k.on_signal(), "On SIGTERM/SIGUSR1: checkpoint and exit 0");
-  config.bind("checkpoint.remote", k.remote(),
+  RemoteOptions& remote = k.remote();
+  config.bind("checkpoint.remote", remote.url(),
               "s3://bucket/prefix: also commit checkpoints to object storage and resume from there (turns checkpoints on)");
-  config.bind("checkpoint.remote_endpoint", k.remote_endpoint(),
+  config.bind("checkpoint.remote_endpoint", remote.endpoint(),
               "S3 endpoint scheme://host[:port]; \"\" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS");
-  config.bind("checkpoint.remote_region", k.remote_region(), "Signing region; \"\" = AWS_REGION, AWS_DEFAULT_REGION, us-east-1");
-  config.bind("checkpoint.remote_addressing", k.remote_addressing(), "Bucket in the path or in the host name (auto: path with an endpoint)",
-              {"auto", "path", "virtual"});
-  config.bind("checkpoint.remote_deadline_seconds", k.remote_deadline_seconds(),
+  config.bind("checkpoint.remote_region", remote.region(), "Signing region; \"\" = AWS_REGION, AWS_DEFAULT_REGION, us-east-1");
+  config.bind_enum("checkpoint.remote_addressing", remote.addressing(), "Bucket in the path or in the host name (auto: path with an endpoint)");
+  config.bind("checkpoint.remote_deadline_seconds", remote.deadline_seconds(),
               "On SIGTERM and at the end: how long to wait for the remote commit");
-  config.bind("checkpoint.remote_part_mb", k.remote_part_mb(), "Multipart upload part size in MiB");
-  config.bind("checkpoint.remote_parallel_parts", k.remote_parallel_parts(), "Parts uploaded at once");
+  config.bind("checkpoint.remote_part_mb", remote.part_mb(), "Multipart upload part size in MiB");
+  config.bind("checkpoint.remote_parallel_parts", remote.parallel_parts(), "Parts uploaded at once");
+  config.bind("checkpoint.remote_lease_seconds", remote.lease_seconds(), "The prefix's lease: taken over when not renewed this long");
   config.add_environment_alias("FRUGAL_CHECKPOINT_REMOTE", "checkpoint.remote");
   config.add_check("checkpoint", [&k] { k.validate(); });
 
   config.bind("early_stopping.enabled", o.early_stopping_enabled, "Stop when a validation metric stagnates");
   EarlyStoppingOptions& e = o.early_stopping;
   config.bind("early_stopping.monitor", e.monitor(), "Validation metric to watch");
-  config.bind("early_stopping.mode", e.mode(), "Lower or higher is better", {"min", "max"});
+  config.bind_enum("early_stopping.mode", e.mode(), "Lower or higher is better");
   config.bind("early_stopping.patience", e.patience(), "Evaluations without improvement before stopping");
   config.bind("early_stopping.min_delta", e.min_delta(), "Smallest change that counts as improvement");
   config.bind("early_stopping.stopping_threshold", e.stopping_threshold(), "Stop once this good; nan = off");
@@ -281,6 +288,12 @@ std::map<std::string, std::string> values_to_agree_on(const Trainer& trainer, co
 }  // namespace
 
 void add_policies(Trainer& trainer, StandardOptions& options, const std::string& resolved_config, const ProbeBatch& probe) {
+  // 8-bit states asked of an optimizer that cannot keep them would be a silent no-op.
+  if (options.optimizer_states.bits() != 32 && quantized_states_of(trainer.optimizer()) == nullptr) {
+    throw OptionError("optimizer.state_bits", c10::str("optimizer.state_bits=", options.optimizer_states.bits(),
+                                                       ", but this program's optimizer is not one of Frugal's (FusedAdamW, FusedAdam, "
+                                                       "QuantizedSGD), which alone keep quantized states"));
+  }
   // The smoke test runs in on_fit_begin, before any other policy's state matters.
   if (options.smoke_test.mode() != SmokeTestMode::off) {
     trainer.add_policy(std::make_shared<SmokeTestPolicy>(options.smoke_test));
@@ -328,7 +341,7 @@ void add_policies(Trainer& trainer, StandardOptions& options, const std::string&
   if (options.profiler.enabled()) trainer.add_policy(std::make_shared<ProfilerPolicy>(options.profiler));
   if (options.progress_enabled) trainer.add_policy(std::make_shared<ProgressPolicy>(options.progress));
   if (options.early_stopping_enabled) trainer.add_policy(std::make_shared<EarlyStoppingPolicy>(options.early_stopping));
-  if (options.checkpoint_enabled || !options.checkpoint.remote().empty()) {
+  if (options.checkpoint_enabled || options.checkpoint.remote().enabled()) {
     add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(options.checkpoint, resolved_config));
   } else if (options.cost.hard_budget() > 0) {
     // A budget stop must be resumable: only the final checkpoint, in the default place.

@@ -115,7 +115,9 @@ void Trainer::add_policy(std::shared_ptr<Policy> policy) {
       throw OptionError("policy", "Trainer::add_policy: a policy named '" + policy->name() + "' was already added");
     }
   }
-  policies_.push_back(std::move(policy));
+  // After every policy of its phase or an earlier one: the order is the phases' (policy.hpp).
+  const auto at = std::find_if(policies_.begin(), policies_.end(), [&](const auto& p) { return p->phase() > policy->phase(); });
+  policies_.insert(at, std::move(policy));
 }
 
 void Trainer::set_resume_source(std::shared_ptr<ResumeSource> source) {

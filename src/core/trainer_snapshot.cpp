@@ -2,6 +2,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
+#include <set>
 #include <sstream>
 
 #include "base/host_memory.hpp"
@@ -49,6 +50,32 @@ DataPosition position_for_world(const DataPosition& saved, int64_t saved_world, 
                        "; the last ", read % global_batch, " of them are read again"));
   }
   return {saved.epoch, read / global_batch, saved.seed, batch_size};
+}
+
+// The checkpoint's RNG streams go back into this machine's generators. A checkpoint written on
+// another device type (the first epoch on a CPU machine, the rest on a GPU one) lacks some:
+// those generators are seeded from the step and the stream's name, so that every resume of the
+// same checkpoint draws the same numbers; the checkpoint's streams of devices this machine
+// lacks stay unused. The log says both.
+void restore_generators(const TrainingSnapshot& s) {
+  std::set<std::string> used;
+  for (auto& [name, gen] : generators()) {
+    const auto it = s.tensors.find(name);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    if (it != s.tensors.end()) {
+      gen.set_state(it->second);
+      used.insert(name);
+      continue;
+    }
+    uint64_t seed = 1469598103934665603ull ^ static_cast<uint64_t>(s.state.step);  // FNV-1a over the name, from the step
+    for (const char c : name) seed = (seed ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    gen.set_current_seed(seed);
+    log::info(c10::str("the checkpoint has no ", name, " state (written on another device type): that generator is seeded with ", seed,
+                       ", from the step"));
+  }
+  for (auto it = s.tensors.lower_bound("rng/"); it != s.tensors.end() && it->first.rfind("rng/", 0) == 0; ++it) {
+    if (!used.count(it->first)) log::info("the checkpoint's " + it->first + " state has no device here: unused");
+  }
 }
 
 }  // namespace
@@ -157,12 +184,7 @@ void Trainer::restore(const TrainingSnapshot& s) {
     }
     p->load_state(state);
   }
-  for (auto& [name, gen] : generators()) {
-    auto it = s.tensors.find(name);
-    if (it == s.tensors.end()) continue;  // e.g. written on a machine without this GPU
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(it->second);
-  }
+  restore_generators(s);
 
   standing_ = {};
   if (auto it = s.tensors.find("trainer/lr_factor"); it != s.tensors.end()) standing_.lr_factor = it->second.item<double>();

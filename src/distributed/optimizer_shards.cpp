@@ -97,7 +97,7 @@ void OptimizerShards::attach(torch::nn::Module& module, torch::optim::Optimizer&
     s.trained.push_back(p.value());
     s.names.push_back(p.key());
   }
-  auto* quantizing = dynamic_cast<QuantizedStateOptimizer*>(&optimizer);
+  auto* quantizing = quantized_states_of(optimizer);
   s.alignment = quantizing ? quantizing->state_alignment() : 1;
   s.layout = detail::bucket_layout(s.trained, s.cap_bytes, s.world_size, s.alignment);
 

@@ -30,7 +30,10 @@ bool holds_8bit_states(torch::serialize::InputArchive& root) {
   return false;
 }
 
-std::string type_name(const torch::optim::Optimizer& optimizer) { return c10::demangle(typeid(optimizer).name()); }
+std::string type_name(const torch::optim::Optimizer& optimizer) {
+  if (const auto* q = quantized_states_of(optimizer)) return q->optimizer_name();
+  return c10::demangle(typeid(optimizer).name());
+}
 
 // A state LibTorch's optimizers would step with a missing tensor (the crash "Expected a proper
 // Tensor but got None" at the next step): named now instead.
@@ -57,7 +60,7 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::M
   std::istringstream stream(bytes);
   torch::serialize::InputArchive archive;
   archive.load_from(stream, device);
-  const bool converts_itself = dynamic_cast<const QuantizedStateOptimizer*>(&optimizer) != nullptr;
+  const bool converts_itself = quantized_states_of(optimizer) != nullptr;
   if (converts_itself || !holds_8bit_states(archive)) {
     optimizer.load(archive);
     check_states_defined(optimizer);

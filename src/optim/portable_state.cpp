@@ -101,7 +101,7 @@ void PortableOptimizerState::add_serialized(const std::string& bytes, const Grou
 void PortableOptimizerState::load_into(torch::optim::Optimizer& optimizer, const GroupSlots& slots, const c10::Device& device,
                                        const std::string& source) const {
   auto& groups = optimizer.param_groups();
-  const auto* quantizing = dynamic_cast<const QuantizedStateOptimizer*>(&optimizer);
+  const auto* quantizing = quantized_states_of(optimizer);
   const bool keep_8bit = quantizing != nullptr && quantizing->state_quantization().bits() == 8;
   if (groups.size() != slots.size()) {
     throw CheckpointError(c10::str(source, ": ", slots.size(), " parameter groups expected, the optimizer has ", groups.size()));

@@ -28,4 +28,10 @@ bool QuantizedStateOptimizer::quantized(const torch::Tensor& param) const {
   return (it == whole_numel_.end() ? param.numel() : it->second) >= quantization_.min_elements();
 }
 
+const QuantizedStateOptimizer* quantized_states_of(const torch::optim::Optimizer& optimizer) {
+  return dynamic_cast<const QuantizedStateOptimizer*>(&optimizer);
+}
+
+QuantizedStateOptimizer* quantized_states_of(torch::optim::Optimizer& optimizer) { return dynamic_cast<QuantizedStateOptimizer*>(&optimizer); }
+
 }  // namespace frugal

@@ -8,7 +8,6 @@
 namespace frugal {
 
 void EarlyStoppingOptions::validate() const {
-  if (mode() != "min" && mode() != "max") throw OptionError("mode", "mode must be min or max, got '" + mode() + "'");
   if (patience() < 1) throw OptionError("patience", c10::str("patience must be >= 1, got ", patience()));
   if (min_delta() < 0) throw OptionError("min_delta", c10::str("min_delta must be >= 0, got ", min_delta()));
   if (grace_evaluations() < 0) {
@@ -18,7 +17,7 @@ void EarlyStoppingOptions::validate() const {
 
 EarlyStoppingPolicy::EarlyStoppingPolicy(EarlyStoppingOptions options)
     : options_(std::move(options)),
-      best_(options_.mode() == "min" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity()) {
+      best_(options_.mode() == MonitorMode::min ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity()) {
   options_.validate();
 }
 
@@ -30,7 +29,7 @@ void EarlyStoppingPolicy::on_validation_end(const TrainerState& state, const Met
     throw TrainingError("early stopping monitors '" + options_.monitor() + "' but validation reported only: " + known);
   }
   const double value = it->second;
-  const bool min = options_.mode() == "min";
+  const bool min = options_.mode() == MonitorMode::min;
   ++evaluations_;
   const std::string where = c10::str(options_.monitor(), " = ", value, " at step ", state.step);
   if (options_.check_finite() && !std::isfinite(value)) {

@@ -27,7 +27,7 @@ std::vector<std::string> listed_files(const fs::path& dir) {
 std::string name_of(int64_t step) { return detail::checkpoint_folder_name(step); }
 }  // namespace
 
-CheckpointUploader::CheckpointUploader(std::shared_ptr<RemoteCheckpoints> remote, fs::path staging, RemoteRetention retention)
+CheckpointUploader::CheckpointUploader(std::shared_ptr<RemoteCheckpoints> remote, fs::path staging, RetentionRule retention)
     : remote_(std::move(remote)), staging_(std::move(staging)), retention_(std::move(retention)) {
   std::error_code ignored;
   fs::remove_all(staging_, ignored);  // an earlier process's links: nothing waits for them

@@ -148,24 +148,20 @@ const Metrics& RemoteCheckpoints::metrics_of(const std::string& name) {
   return metrics_.emplace(name, std::move(metrics)).first->second;
 }
 
-void RemoteCheckpoints::apply_retention(const RemoteRetention& retention, const std::string& newest) {
+void RemoteCheckpoints::apply_retention(const RetentionRule& rule, const std::string& newest) {
   const auto all = committed();
-  std::set<std::string> keep{newest};
-  const size_t n = all.size();
-  const size_t last = retention.keep_last == 0 ? n : std::min(n, static_cast<size_t>(retention.keep_last));
-  for (size_t i = n - last; i < n; ++i) keep.insert(all[i].name);
-  if (retention.keep_best > 0) {
-    std::vector<std::pair<double, std::string>> scored;
-    for (const auto& c : all) {
-      const Metrics& m = metrics_of(c.name);
-      const auto it = m.find(retention.monitor);
-      if (it != m.end() && std::isfinite(it->second)) scored.emplace_back(retention.monitor_mode == "min" ? it->second : -it->second, c.name);
-    }
-    std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (size_t i = 0; i < scored.size() && i < static_cast<size_t>(retention.keep_best); ++i) keep.insert(scored[i].second);
-  }
+  std::vector<RetentionCandidate> candidates;
   for (const auto& c : all) {
-    if (keep.count(c.name)) continue;
+    RetentionCandidate candidate{c.name, std::nullopt};
+    if (rule.keep_best > 0) {  // meta.json is fetched only when it ranks
+      const Metrics& m = metrics_of(c.name);
+      if (const auto it = m.find(rule.monitor); it != m.end()) candidate.score = it->second;
+    }
+    candidates.push_back(std::move(candidate));
+  }
+  const Retained retained = retain(candidates, rule);
+  for (const auto& c : all) {
+    if (c.name == newest || retained.keeps(c.name)) continue;
     remove(c.name);
     log::debug("remote checkpoint removed: " + url_of(c.name));
   }

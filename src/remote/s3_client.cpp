@@ -135,10 +135,7 @@ S3ClientOptions S3ClientOptions::resolved() const {
   if (o.endpoint.find('/', o.endpoint.find("//") + 2) != std::string::npos) {
     throw OptionError("remote_endpoint", "the S3 endpoint '" + o.endpoint + "' must be a scheme and host[:port] only, without a path");
   }
-  if (o.addressing == "auto") o.addressing = custom ? "path" : "virtual";
-  if (o.addressing != "path" && o.addressing != "virtual") {
-    throw OptionError("remote_addressing", "remote addressing must be auto, path or virtual, got '" + o.addressing + "'");
-  }
+  if (o.addressing == S3Addressing::automatic) o.addressing = custom ? S3Addressing::path : S3Addressing::virtual_host;
   if (o.max_attempts < 1) throw OptionError("max_attempts", "max_attempts must be >= 1");
   if (o.parallel_parts < 1) throw OptionError("parallel_parts", "parallel_parts must be >= 1");
   if (o.part_bytes < 1024) throw OptionError("part_bytes", "part_bytes must be >= 1024");
@@ -185,7 +182,7 @@ void S3Client::set_deadline(std::optional<Clock::time_point> deadline) {
 
 std::string S3Client::url_of(const std::string& key, const std::string& query) const {
   std::string url;
-  if (options_.addressing == "virtual") {
+  if (options_.addressing == S3Addressing::virtual_host) {
     const auto host = options_.endpoint.find("//") + 2;
     url = options_.endpoint.substr(0, host) + location_.bucket + "." + options_.endpoint.substr(host) + "/" + encode(key, true);
   } else {

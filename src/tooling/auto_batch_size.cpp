@@ -64,8 +64,8 @@ BatchSizeSearch choose_batch_size(Trainer& trainer, const ProbeBatch& probe, con
     const std::unique_ptr<torch::optim::Optimizer> sample = trainer.optimizer_factory()(module);
     const torch::optim::Optimizer& o = *sample;
     optimizer_kind = c10::demangle(typeid(o).name());
-    if (const auto* q = dynamic_cast<const QuantizedStateOptimizer*>(sample.get())) {
-      optimizer_kind += c10::str(" state_bits ", q->state_quantization().bits());
+    if (const auto* q = quantized_states_of(o)) {
+      optimizer_kind = c10::str(q->optimizer_name(), " state_bits ", q->state_quantization().bits());
     }
   }
   const std::string key =

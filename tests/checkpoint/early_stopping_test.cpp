@@ -27,7 +27,7 @@ TEST_CASE("patience counts evaluations without an improvement larger than min_de
   CHECK(stops_after(delta, {1.0, 0.97, 0.96, 0.5}) == 3);  // 0.03 and 0.04 are not improvements
   EarlyStoppingPolicy never(EarlyStoppingOptions().patience(3));
   CHECK(stops_after(never, {1.0, 0.9, 0.8, 0.7, 0.6, 0.5}) == 0);
-  EarlyStoppingPolicy max(EarlyStoppingOptions().monitor("accuracy").mode("max").patience(2));
+  EarlyStoppingPolicy max(EarlyStoppingOptions().monitor("accuracy").mode(MonitorMode::max).patience(2));
   CHECK(stops_after(max, {0.5, 0.6, 0.55, 0.58}, "accuracy") == 4);
 }
 

@@ -10,7 +10,7 @@
 
 #include <cstdlib>
 
-#include "support/fixtures.hpp"
+#include "support/checkpointed_run.hpp"
 #include "support/source_dir.hpp"
 
 using namespace frugal;
@@ -19,30 +19,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  TinyNet net;
-  std::unique_ptr<Trainer> trainer;
+struct Run : CheckpointedRun {
   std::shared_ptr<MixedPrecisionPolicy> precision;
 };
 
 Run make_run(const fs::path& checkpoints, int64_t max_steps, uint64_t init_seed) {
-  torch::manual_seed(init_seed);
-  Run r{TinyNet(4, 16, 3), nullptr, nullptr};
-  r.trainer = std::make_unique<Trainer>(
-      Model(r.net.ptr(), cross_entropy(), accuracy_and_loss()),
-      [](torch::nn::Module& m) {
-        return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(0.01));
-      },
-      blobs(96), TrainerOptions().device("cpu").run_dir("").max_epochs(10).max_steps(max_steps).validate_every_n_steps(4),
-      DataLoaderOptions().batch_size(8).seed(5));
+  Run r{checkpointed_run(TrainerOptions().device("cpu").run_dir("").max_epochs(10).max_steps(max_steps).validate_every_n_steps(4),
+                         CheckpointOptions().dir(checkpoints.string()).every_n_steps(4), CheckpointedRunOptions().init_seed(init_seed)),
+        nullptr};
   r.trainer->set_validation_data(blobs(32, 9));
-  r.trainer->set_lr_schedule(lr::linear_warmup_decay(3, 20));
-  r.trainer->add_policy(std::make_shared<GradientAccumulationPolicy>(GradientAccumulationOptions().steps(2)));
-  r.precision = std::make_shared<MixedPrecisionPolicy>(
-      MixedPrecisionOptions().mode(Precision::fp16).autocast(false).scaler(GradScalerOptions().growth_interval(3)));
-  r.trainer->add_policy(r.precision);
+  r.precision = add_stateful_policies(r);
   r.trainer->add_policy(std::make_shared<EarlyStoppingPolicy>(EarlyStoppingOptions().patience(100)));
-  add_checkpointing(*r.trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().dir(checkpoints.string()).every_n_steps(4)));
   r.trainer->add_policy(std::make_shared<RecoveryPolicy>(RecoveryOptions().min_history(3)));
   return r;
 }

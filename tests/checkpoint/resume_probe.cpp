@@ -127,15 +127,15 @@ int main(int argc, char** argv) {
   if (const char* ms = std::getenv("PROBE_STEP_MS")) trainer.add_policy(std::make_shared<SlowSteps>(std::atoll(ms)));
   auto checkpoint_options = frugal::CheckpointOptions().every_n_steps(3).keep_last(2);
   if (remote != nullptr) {
-    checkpoint_options.remote(remote).remote_part_mb(5);
-    if (const char* deadline = std::getenv("PROBE_REMOTE_DEADLINE")) checkpoint_options.remote_deadline_seconds(std::atof(deadline));
-    if (const char* lease = std::getenv("PROBE_REMOTE_LEASE")) checkpoint_options.remote_lease_seconds(std::atof(lease));
+    checkpoint_options.remote().url(remote).part_mb(5);
+    if (const char* deadline = std::getenv("PROBE_REMOTE_DEADLINE")) checkpoint_options.remote().deadline_seconds(std::atof(deadline));
+    if (const char* lease = std::getenv("PROBE_REMOTE_LEASE")) checkpoint_options.remote().lease_seconds(std::atof(lease));
   }
   auto checkpoint = std::make_shared<frugal::CheckpointPolicy>(checkpoint_options);
   if (mode == "kill-at-upload-stage" && argc > 5) {
     const std::string stage = argv[4];
     const int64_t step = std::stoll(argv[5]);
-    checkpoint->set_upload_stage_observer([stage, step](const std::string& s, int64_t at) {
+    checkpoint->set_destination_stage_observer([stage, step](const std::string& s, int64_t at) {
       if (s == stage && at >= step) {
         std::cerr << "killing at upload stage " << stage << " of step " << at << std::endl;
         std::raise(SIGKILL);
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   if (mode == "pause-at-upload-stage" && argc > 5) {  // mid-upload, holding the prefix's lease
     const std::string stage = argv[4];
     const int64_t step = std::stoll(argv[5]);
-    checkpoint->set_upload_stage_observer([stage, step, run_dir, fired = std::make_shared<bool>(false)](const std::string& s, int64_t at) {
+    checkpoint->set_destination_stage_observer([stage, step, run_dir, fired = std::make_shared<bool>(false)](const std::string& s, int64_t at) {
       if (*fired || s != stage || at < step) return;
       *fired = true;
       std::ofstream(run_dir + "/.paused") << at;
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     const std::string stage = argv[4];
     const int64_t step = std::stoll(argv[5]);
     // (The uploader calls a copy of the observer each time: the flag is shared.)
-    checkpoint->set_upload_stage_observer([stage, step, fired = std::make_shared<bool>(false)](const std::string& s, int64_t at) {
+    checkpoint->set_destination_stage_observer([stage, step, fired = std::make_shared<bool>(false)](const std::string& s, int64_t at) {
       if (*fired || s != stage || at < step) return;
       *fired = true;
       std::cerr << "SIGTERM at upload stage " << stage << " of step " << at << std::endl;

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "support/fixtures.hpp"
+#include "support/checkpointed_run.hpp"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -19,22 +19,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  TinyNet net;
-  std::unique_ptr<Trainer> trainer;
-};
-
-Run make_run(const fs::path& dir, int64_t max_steps, bool resume = true) {
-  torch::manual_seed(3);
-  Run r{TinyNet(4, 16, 3), nullptr};
-  r.trainer = std::make_unique<Trainer>(
-      Model(r.net.ptr(), cross_entropy()),
-      [](torch::nn::Module& m) { return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(0.01)); },
-      blobs(64), TrainerOptions().device("cpu").run_dir(dir.string()).max_epochs(10).max_steps(max_steps).log_every_n_steps(1000),
-      DataLoaderOptions().batch_size(8));
-  add_checkpointing(*r.trainer,
-      std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(2).keep_last(2).async(false).at_end(false).resume(resume)));
-  return r;
+CheckpointedRun make_run(const fs::path& dir, int64_t max_steps, bool resume = true) {
+  return checkpointed_run(TrainerOptions().device("cpu").run_dir(dir.string()).max_epochs(10).max_steps(max_steps).log_every_n_steps(1000),
+                          CheckpointOptions().every_n_steps(2).keep_last(2).async(false).at_end(false).resume(resume),
+                          CheckpointedRunOptions().init_seed(3).examples(64).data(DataLoaderOptions().batch_size(8)));
 }
 
 fs::path ckpt(const fs::path& dir, int64_t step) {
@@ -74,7 +62,7 @@ TEST_CASE("a manifest naming a file outside the checkpoint is refused, the check
   write_text(newest / "manifest.json", manifest);
   CHECK_THAT(CheckpointStore(dir / "checkpoints").verify(newest), Catch::Contains("'../../outside.pt', which is not a plain file name"));
 
-  Run next = make_run(dir, 6);
+  CheckpointedRun next = make_run(dir, 6);
   next.trainer->fit();
   CHECK(next.trainer->state().step == 6);
   CHECK(fs::exists(newest.string() + ".damaged"));
@@ -91,7 +79,7 @@ TEST_CASE("a checkpoint whose manifest was refitted to a truncated file falls ba
       write_text(newest / file, bytes.substr(0, bytes.size() / 2));
       refit_manifest(newest, file);
       REQUIRE(CheckpointStore(dir / "checkpoints").verify(newest).empty());  // the manifest is fooled
-      Run next = make_run(dir, 6);
+      CheckpointedRun next = make_run(dir, 6);
       next.trainer->fit();
       // Resumed from step 2: steps 3..6 ran, so the run saved step 4 again.
       CHECK(next.trainer->state().step == 6);
@@ -105,7 +93,7 @@ TEST_CASE("a junk ckpt-* folder takes no keep_last slot and the newest valid che
   make_run(dir, 4).trainer->fit();
   fs::create_directories(ckpt(dir, 99));
   write_text(ckpt(dir, 99) / "meta.json", "not json");
-  Run next = make_run(dir, 8);
+  CheckpointedRun next = make_run(dir, 8);
   next.trainer->fit();
   CHECK(next.trainer->state().step == 8);
   CHECK(fs::exists(ckpt(dir, 99).string() + ".damaged"));
@@ -130,7 +118,7 @@ TEST_CASE("retention deletes by renaming aside: what a kill midway leaves is no 
     fs::copy_file(ckpt(dir, 6) / "meta.json", ckpt(dir, step).string() + ".deleting/meta.json");
   }
   CHECK(CheckpointStore(dir / "checkpoints").list().size() == 2);  // 4 and 6 only
-  Run next = make_run(dir, 10);
+  CheckpointedRun next = make_run(dir, 10);
   next.trainer->fit();
   CHECK(next.trainer->state().step == 10);
   CHECK(next.trainer->state().micro_step == 10);  // resumed at 6, not at the leftover's "step 8"
@@ -150,7 +138,7 @@ TEST_CASE("a latest pointer to nowhere is ignored (with a warning) and never lea
     CHECK_FALSE(store.latest().has_value());
     CHECK(store.latest_name() == junk);
   }
-  Run next = make_run(dir, 6);
+  CheckpointedRun next = make_run(dir, 6);
   next.trainer->fit();
   CHECK(next.trainer->state().step == 6);
   CHECK(store.latest() == std::optional<fs::path>(ckpt(dir, 6)));
@@ -172,7 +160,7 @@ TEST_CASE("when every checkpoint is damaged the run refuses to start from scratc
   CHECK_THAT(error, Catch::Contains("--checkpoint.resume=false"));
   // A second start sees only the damaged folders: still refused, not a silent fresh start.
   CHECK_THROWS_WITH(make_run(dir, 6).trainer->fit(), Catch::Contains("moved aside earlier"));
-  Run fresh = make_run(dir, 2, /*resume=*/false);
+  CheckpointedRun fresh = make_run(dir, 2, /*resume=*/false);
   fresh.trainer->fit();
   CHECK(fresh.trainer->state().step == 2);
 }
@@ -198,7 +186,7 @@ TEST_CASE("SIGTERM before training starts (data or model still loading) ends the
   CHECK(code == 0);
 
   // A signal between loading and the fit: the fit stops before its first step, writing nothing.
-  Run r = make_run(dir, 8);
+  CheckpointedRun r = make_run(dir, 8);
   std::raise(SIGTERM);
   CHECK_THROWS_AS(r.trainer->fit(), Preempted);
   CHECK(r.trainer->state().step == 0);

@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "support/fixtures.hpp"
+#include "support/checkpointed_run.hpp"
 
 using namespace frugal;
 using namespace frugal::testing;
@@ -13,31 +13,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  TinyNet net;
-  std::unique_ptr<Trainer> trainer;
-  std::shared_ptr<CheckpointPolicy> checkpoint;
+struct Run : CheckpointedRun {
   std::shared_ptr<MixedPrecisionPolicy> precision;
 };
 
-// Every run starts from different random weights: a resume must overwrite them all.
 Run make_run(const fs::path& dir, int64_t max_steps, uint64_t init_seed, int64_t hidden = 16) {
-  torch::manual_seed(init_seed);
-  Run r{TinyNet(4, hidden, 3), nullptr, nullptr, nullptr};
-  r.trainer = std::make_unique<Trainer>(
-      Model(r.net.ptr(), cross_entropy()),
-      [](torch::nn::Module& m) {
-        return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(0.01));
-      },
-      blobs(96), TrainerOptions().device("cpu").run_dir(dir.string()).max_epochs(10).max_steps(max_steps),
-      DataLoaderOptions().batch_size(8).seed(5));
-  r.trainer->set_lr_schedule(lr::linear_warmup_decay(3, 20));
-  r.trainer->add_policy(std::make_shared<GradientAccumulationPolicy>(GradientAccumulationOptions().steps(2)));
-  r.precision = std::make_shared<MixedPrecisionPolicy>(
-      MixedPrecisionOptions().mode(Precision::fp16).autocast(false).scaler(GradScalerOptions().growth_interval(3)));
-  r.trainer->add_policy(r.precision);
-  r.checkpoint = std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(5));
-  add_checkpointing(*r.trainer, r.checkpoint);
+  Run r{checkpointed_run(TrainerOptions().device("cpu").run_dir(dir.string()).max_epochs(10).max_steps(max_steps),
+                         CheckpointOptions().every_n_steps(5), CheckpointedRunOptions().init_seed(init_seed).hidden(hidden)),
+        nullptr};
+  r.precision = add_stateful_policies(r);
   return r;
 }
 

@@ -2,6 +2,8 @@
 // resolved file, and the command-line front end.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <fstream>
 #include <iostream>
 
@@ -255,4 +257,62 @@ TEST_CASE("a device that is not here is refused before the run directory is writ
   CHECK_THROWS_WITH(start_program(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), config, options, "test"),
                     Catch::Contains("CUDA is not available"));
   CHECK_FALSE(std::filesystem::exists(dir / "config.toml"));
+}
+
+TEST_CASE("the order of policies is their phases' whatever the order they are added in", "[core][config]") {
+  Loaded l({"--precision.mode=bf16", "--accumulation.steps=2", "--clipping.mode=norm", "--smoke_test.mode=fail", "--trainer.cpu_threads=1",
+            "--early_stopping.enabled=true", "--recovery.enabled=true", "--checkpoint.enabled=true", "--cost.price_per_device_hour=1",
+            "--profiler.every_n_steps=100"},
+           {});
+  const auto names_of = [](const Trainer& t) {
+    std::vector<std::string> names;
+    for (const auto& p : t.policies()) names.push_back(p->name());
+    return names;
+  };
+  const std::vector<std::string> contract{"smoke_test",   "cpu_threads", "gradient_accumulation", "mixed_precision", "gradient_clipping",
+                                          "throughput",   "memory_report", "cost",                "profiler",        "progress",
+                                          "early_stopping", "checkpoint",  "recovery"};
+  Trainer standard(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(8), l.options.trainer.device("cpu").run_dir(""));
+  add_policies(standard, l.options);
+  CHECK(names_of(standard) == contract);
+
+  // The same policies added in reverse, and a policy that names no phase first: the phases keep
+  // their order (within the observation phase, the order added: reversed), the phase-less one last.
+  struct Counter : Policy {
+    std::string name() const override { return "counter"; }
+  };
+  Trainer reversed(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(8), l.options.trainer.device("cpu").run_dir(""));
+  reversed.add_policy(std::make_shared<Counter>());
+  for (auto it = standard.policies().rbegin(); it != standard.policies().rend(); ++it) reversed.add_policy(*it);
+  auto expected = contract;
+  std::reverse(expected.begin() + 5, expected.begin() + 10);  // throughput .. progress, one phase
+  expected.push_back("counter");
+  CHECK(names_of(reversed) == expected);
+  for (size_t i = 1; i < reversed.policies().size(); ++i) CHECK(reversed.policies()[i - 1]->phase() <= reversed.policies()[i]->phase());
+}
+
+TEST_CASE("a section bound in two places (the standard optimizer keys and a program's own) is one table that loads back",
+          "[core][config]") {
+  StandardOptions options;
+  Config config;
+  bind(config, options);
+  double lr = 0.1;
+  config.bind("optimizer.lr", lr, "a program's own key, bound after every standard section");
+  std::vector<const char*> argv{"prog", "--optimizer.lr=0.5", "--optimizer.state_bits=8"};
+  REQUIRE_FALSE(load_config(static_cast<int>(argv.size()), argv.data(), config, "test", {}).exit_code);
+  const auto path = scratch_dir("two_places") / "config.toml";
+  config.write_resolved(path);
+  const std::string text = bytes_of(path);
+  CHECK(text.find("[optimizer]") == text.rfind("[optimizer]"));
+
+  StandardOptions back;
+  Config again;
+  bind(again, back);
+  double lr_back = 0;
+  again.bind("optimizer.lr", lr_back, "the same key");
+  const std::string file = path.string();
+  std::vector<const char*> argv_back{"prog", "--config", file.c_str()};
+  REQUIRE_FALSE(load_config(static_cast<int>(argv_back.size()), argv_back.data(), again, "test", {}).exit_code);
+  CHECK(lr_back == 0.5);
+  CHECK(back.optimizer_states.bits() == 8);
 }

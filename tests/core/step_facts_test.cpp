@@ -75,7 +75,8 @@ TEST_CASE("policies publish the precision and the gradient norm for others to re
   Seeded seeded;
   struct Reader : Policy {
     std::string name() const override { return "reader"; }
-    // Added before clipping: the gradients are not clipped yet.
+    // In the precision phase, so before clipping: the gradients are unscaled and not clipped yet.
+    PolicyPhase phase() const override { return PolicyPhase::precision; }
     void clip_gradients(StepContext& ctx) override {
       std::vector<torch::Tensor> norms;
       for (const auto& p : ctx.parameters()) norms.push_back(p.grad().norm());

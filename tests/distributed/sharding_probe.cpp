@@ -107,7 +107,7 @@ Run train(const frugal::testing::ProbeArgs& args, std::shared_ptr<frugal::Commun
   trainer.add_policy(run.memory);
   if (!parity) {
     frugal::add_checkpointing(trainer, std::make_shared<frugal::CheckpointPolicy>(
-                                           frugal::CheckpointOptions().every_n_steps(3).keep_last(4).remote(args.get("remote", ""))));
+                                           frugal::CheckpointOptions().every_n_steps(3).keep_last(4).remote(frugal::RemoteOptions().url(args.get("remote", "")))));
   }
   run.result = trainer.fit();
   return run;

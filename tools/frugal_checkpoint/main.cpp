@@ -93,12 +93,14 @@ int main(int argc, char** argv) {
   downloader->add_option("remote", path, "s3://bucket/prefix or s3://bucket/prefix/ckpt-<step>")->required();
   downloader->add_option("directory", out, "checkpoints directory to download into")->required();
   frugal::S3ClientOptions s3;
+  std::string addressing = "auto";
   for (auto* command : {info, verify, exporter, lister, downloader}) {
     command->add_option("--endpoint", s3.endpoint, "S3 endpoint for s3:// paths (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS)");
     command->add_option("--region", s3.region, "S3 signing region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)");
-    command->add_option("--addressing", s3.addressing, "auto, path or virtual");
+    command->add_option("--addressing", addressing, "auto, path or virtual")->check(CLI::IsMember(frugal::enum_choices<frugal::S3Addressing>()));
   }
   CLI11_PARSE(app, argc, argv);
+  s3.addressing = *frugal::parse_enum<frugal::S3Addressing>(addressing);  // IsMember checked it
   try {
     if (lister->parsed()) {
       if (is_remote(path)) {

@@ -13,12 +13,11 @@
 // the files it will read (its own shard, or those that overlap its part after a change of world
 // size), and the ranks agree on the newest checkpoint that passed everywhere.
 //
-// With `remote` (s3://bucket/prefix) each checkpoint is also sent to object storage in the
-// background (frugal/remote/checkpoint_uploader.hpp) and committed there once every file is
-// stored; the end of a fit and a pre-emption wait for that commit (at most
-// remote_deadline_seconds) and fail, naming the checkpoint that is only local, when it does not
-// come. A start whose local directory lacks a newer checkpoint downloads the newest committed
-// remote one that verifies: a fresh machine resumes where the reclaimed one stopped.
+// Where checkpoints go besides the local directory is not the policy's business: each destination
+// (checkpoint_destination.hpp) hears of every published checkpoint, and a pre-emption and the end
+// of a fit wait for each one's commit. `remote` adds object storage (frugal/checkpoint/remote_destination.hpp);
+// add_destination adds any other. The write strategy (unsharded, or one shard per rank) is chosen
+// once when the fit begins.
 //
 // It is also the Trainer's resume source: add it with add_checkpointing, which does both.
 //
@@ -28,19 +27,23 @@
 #include <torch/arg.h>
 
 #include <chrono>
-#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "frugal/base/monitor_mode.hpp"
+#include "frugal/checkpoint/checkpoint_destination.hpp"
 #include "frugal/checkpoint/checkpoint_store.hpp"
+#include "frugal/base/retention.hpp"
 #include "frugal/core/policy.hpp"
 #include "frugal/core/resume_source.hpp"
+#include "frugal/remote/remote_options.hpp"
 
 namespace frugal {
 
+class CheckpointWrites;
+class LocalDestination;
 class Trainer;
-struct S3ClientOptions;
 
 struct CheckpointOptions {
   /// Where checkpoints go; "" = <trainer.run_dir>/checkpoints.
@@ -52,7 +55,7 @@ struct CheckpointOptions {
   TORCH_ARG(int64_t, keep_last) = 3;        // 0 = keep all
   TORCH_ARG(int64_t, keep_best) = 0;        // by `monitor`
   TORCH_ARG(std::string, monitor) = "loss";
-  TORCH_ARG(std::string, monitor_mode) = "min";  // min | max
+  TORCH_ARG(MonitorMode, monitor_mode) = MonitorMode::min;
   TORCH_ARG(Precision, weights_dtype) = Precision::fp32;
   /// Checkpoints beyond retention, or older than archive_after_days, move here instead of being
   /// deleted ("" = delete); the best ones stay in place.
@@ -61,30 +64,25 @@ struct CheckpointOptions {
   TORCH_ARG(bool, async) = true;
   TORCH_ARG(bool, resume) = true;           // continue from the newest valid checkpoint
   TORCH_ARG(bool, on_signal) = true;        // SIGTERM/SIGUSR1: checkpoint and stop
-  /// s3://bucket/prefix: also keep checkpoints in object storage ("" = local only). Credentials
-  /// from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN.
-  TORCH_ARG(std::string, remote) = "";
-  /// The store's scheme://host[:port]; "" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3.
-  TORCH_ARG(std::string, remote_endpoint) = "";
-  TORCH_ARG(std::string, remote_region) = "";          // "" = AWS_REGION, AWS_DEFAULT_REGION, us-east-1
-  TORCH_ARG(std::string, remote_addressing) = "auto";  // auto | path | virtual
-  /// How long a pre-emption or the end of a fit waits for the checkpoint's remote commit.
-  TORCH_ARG(double, remote_deadline_seconds) = 90;
-  TORCH_ARG(int64_t, remote_part_mb) = 64;             // multipart part size (S3's minimum: 5)
-  TORCH_ARG(int64_t, remote_parallel_parts) = 4;       // parts uploaded at once
-  /// The prefix's lease (frugal/remote/prefix_lease.hpp): one run writes a prefix; a lease not
-  /// renewed this long is taken over.
-  TORCH_ARG(double, remote_lease_seconds) = 60;
+  /// Object storage (s3://bucket/prefix) as a second destination; off while its url is "".
+  TORCH_ARG(RemoteOptions, remote) = {};
 
  public:  // TORCH_ARG leaves the struct in private:
   void validate() const;
+  /// keep_last, keep_best, monitor and monitor_mode as the rule every destination applies.
+  RetentionRule retention() const { return {keep_last(), keep_best(), monitor(), monitor_mode()}; }
 };
+
+/// The destinations `options` describe: the local directory, and object storage when
+/// options.remote() is on.
+std::vector<std::shared_ptr<CheckpointDestination>> standard_destinations(const CheckpointOptions& options);
 
 class CheckpointPolicy : public Policy, public ResumeSource {
  public:
   explicit CheckpointPolicy(CheckpointOptions options = {}, std::string config_toml = "");
   ~CheckpointPolicy() override;
   std::string name() const override { return "checkpoint"; }
+  PolicyPhase phase() const override { return PolicyPhase::persistence; }
 
   /// The newest checkpoint that verifies and loads on every rank; called again after a
   /// resume_failed, the next older one. Checkpoints that fail their check are moved aside
@@ -111,54 +109,32 @@ class CheckpointPolicy : public Policy, public ResumeSource {
   void set_stage_observer(std::function<void(const std::string& stage, int64_t step)> observer) {
     stage_observer_ = std::move(observer);
   }
-  /// Told each stage of each remote upload ("part", a file's name, "manifest.json", "latest"),
-  /// on the upload thread. Set before the fit.
-  void set_upload_stage_observer(std::function<void(const std::string& stage, int64_t step)> observer) {
-    upload_observer_ = std::move(observer);
-  }
-  /// The client options `remote_*` describe (before the environment fills the gaps).
-  S3ClientOptions remote_client_options() const;
+  /// Adds a destination beside those `options` describe (before the fit).
+  void add_destination(std::shared_ptr<CheckpointDestination> destination);
+  const std::vector<std::shared_ptr<CheckpointDestination>>& destinations() const { return destinations_; }
+  /// Told each stage of each destination's own work (an upload's "part", a file's name,
+  /// "manifest.json", "latest"), on the thread doing it. Set before the fit.
+  void set_destination_stage_observer(std::function<void(const std::string& stage, int64_t step)> observer);
 
  private:
-  void surface_errors();
-  /// Connects to the remote store (every rank: bad credentials fail everywhere before training),
-  /// and on rank 0 tidies it and downloads a remote checkpoint newer than any local one.
-  void open_remote(const TrainingRun& run);
-  /// Rank 0 downloads the newest committed remote checkpoint newer than every local one that
-  /// verifies; returns the reasons of those skipped.
-  std::vector<std::string> fetch_newer_remote();
-  /// Waits (at most remote_deadline_seconds from `since`) for the newest submitted checkpoint's
-  /// remote commit; "" when committed (or nothing to wait for), else why not. Agreed by all ranks.
-  std::string wait_remote_commit(std::chrono::steady_clock::time_point since);
-  /// Sharded runs: once every rank has uploaded its files of the newest sharded checkpoint, rank
-  /// 0 commits it; `block` waits for the uploads (until `deadline`). "" or why it was not
-  /// committed. Every rank calls it at the same points: it runs collectives.
-  std::string advance_remote_commit(bool block, std::chrono::steady_clock::time_point deadline);
-  void submit_upload(const CheckpointInfo& info);
-  /// The uploader stops and the prefix's lease is released (after the final commit).
-  void close_remote();
-  /// Rank 0: <run_dir>/PREEMPTED (JSON: step, signal, checkpoint), for a scheduler script to
-  /// tell a pre-emption (resume me) from a failure; removed when the next fit starts.
-  void write_preempted_marker(int64_t step, const char* by, const std::string& remote_failure) const;
+  /// Every destination's commit of the newest checkpoint, waited for from `since`: "" for each
+  /// that has it, else why not (in destinations_' order).
+  std::vector<std::string> wait_committed(std::chrono::steady_clock::time_point since);
+  /// Rank 0: <run_dir>/PREEMPTED (JSON: step, signal, checkpoint, each destination's commit), for
+  /// a scheduler script to tell a pre-emption (resume me) from a failure; removed when the next
+  /// fit starts.
+  void write_preempted_marker(int64_t step, const char* by, const std::vector<std::string>& commits) const;
   /// Logs and records a candidate that cannot be resumed from; `damaged`: moves it aside.
   void skipped(const CheckpointInfo& candidate, const std::string& reason, bool damaged);
   CheckpointWriteOptions write_options(int64_t step) const;
-  void save_sharded(const TrainerState& state);
-  /// With a sharded write in flight: publishes it once every rank's shard is durable (`block`:
-  /// waits for this rank's). Every rank calls it at the same points: it runs collectives.
-  void finish_sharded(bool block);
 
-  struct ShardWrite {
-    int64_t step = 0;
-    std::shared_ptr<TrainingSnapshot> snapshot;
-    std::future<std::vector<FileRecord>> files;
-  };
-  std::optional<ShardWrite> shard_write_;
   CheckpointOptions options_;
   std::string config_toml_;
   CheckpointStore store_;
+  std::shared_ptr<LocalDestination> local_;
+  std::vector<std::shared_ptr<CheckpointDestination>> destinations_;  // local_ first
+  std::unique_ptr<CheckpointWrites> writes_;  // chosen when the fit begins
   const TrainingRun* run_ = nullptr;
-  std::future<CheckpointInfo> pending_;
   int64_t last_saved_step_ = -1;
   struct Resume {  // where the search for a checkpoint to resume from is
     std::vector<CheckpointInfo> candidates;  // newest first
@@ -167,10 +143,8 @@ class CheckpointPolicy : public Policy, public ResumeSource {
   };
   std::optional<Resume> resume_;
   std::chrono::steady_clock::time_point last_save_time_;
-  std::function<void(const std::string&, int64_t)> stage_observer_;
-  std::function<void(const std::string&, int64_t)> upload_observer_;
-  struct Remote;  // the store, this rank's uploader, and what is uploaded and committed (checkpoint_policy.cpp)
-  std::unique_ptr<Remote> remote_;
+  std::function<void(const std::string&, int64_t)> stage_observer_;        // the local writer's stages
+  std::function<void(const std::string&, int64_t)> destination_observer_;  // the destinations' stages
 };
 
 /// Adds `checkpointing` to `trainer` as a policy and as its resume source.

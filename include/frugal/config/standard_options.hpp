@@ -9,6 +9,7 @@
 //   frugal::Trainer trainer(model, make_optimizer, data, opts.trainer, opts.data);
 //   frugal::add_policies(trainer, opts);
 
+#include "frugal/optim/state_quantization.hpp"
 #include "frugal/checkpoint/checkpoint_policy.hpp"
 #include "frugal/config/config.hpp"
 #include "frugal/core/trainer_options.hpp"
@@ -43,6 +44,9 @@ struct StandardOptions {
   MixedPrecisionOptions precision;            // [precision]
   GradientAccumulationOptions accumulation;   // [accumulation]
   GradientClippingOptions clipping;           // [clipping]
+  /// [optimizer] state_bits, state_min_elements: how Frugal's optimizers (FusedAdamW, FusedAdam,
+  /// QuantizedSGD) keep their states; a program hands it to the one it builds.
+  StateQuantization optimizer_states;
   bool checkpoint_enabled = false;            // [checkpoint] enabled
   CheckpointOptions checkpoint;               // [checkpoint]
   bool early_stopping_enabled = false;        // [early_stopping] enabled

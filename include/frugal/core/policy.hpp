@@ -24,11 +24,13 @@
 
 #include <torch/types.h>
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 
+#include "frugal/base/enum_names.hpp"
 #include "frugal/base/forward_guard.hpp"
 #include "frugal/base/metrics.hpp"
 #include "frugal/base/state_dict.hpp"
@@ -44,11 +46,43 @@ inline std::ostream& operator<<(std::ostream& out, Phase phase) {
   return out << (phase == Phase::train ? "train" : "validate");
 }
 
+/// Where a policy sits in the Trainer's order. Every hook calls the policies in this order (in
+/// the order added within a phase); Trainer::add_policy places each policy by its phase, so the
+/// order never depends on the order of add_policy calls. docs/design.md shows it.
+enum class PolicyPhase {
+  preflight,      // the smoke test: its on_fit_begin runs before any other policy's state matters
+  environment,    // the process around the step: CPU threads
+  communication,  // data parallelism: gradients are reduced before any later policy reads them
+  batching,       // gradient accumulation: the loss divided before precision scales it
+  precision,      // autocast and the loss scaler: gradients unscaled for what follows
+  gradients,      // clipping, on unscaled (and reduced) gradients
+  observation,    // throughput, memory, cost, profiler, progress: measure the step as it was
+  stopping,       // early stopping, on the step's validation
+  persistence,    // checkpoints: the step and every decision above are saved
+  recovery,       // the recovery ladder: it judges the finished step and may roll it all back
+  custom,         // a policy that names no phase: after Frugal's own, as if added last
+};
+constexpr std::array<EnumName<PolicyPhase>, 11> names_of(PolicyPhase) {
+  return {{{PolicyPhase::preflight, "preflight"},
+           {PolicyPhase::environment, "environment"},
+           {PolicyPhase::communication, "communication"},
+           {PolicyPhase::batching, "batching"},
+           {PolicyPhase::precision, "precision"},
+           {PolicyPhase::gradients, "gradients"},
+           {PolicyPhase::observation, "observation"},
+           {PolicyPhase::stopping, "stopping"},
+           {PolicyPhase::persistence, "persistence"},
+           {PolicyPhase::recovery, "recovery"},
+           {PolicyPhase::custom, "custom"}}};
+}
+
 class Policy {
  public:
   virtual ~Policy() = default;
   /// Unique within a Trainer; prefixes the policy's saved state.
   virtual std::string name() const = 0;
+  /// Where it goes in the Trainer's order of policies.
+  virtual PolicyPhase phase() const { return PolicyPhase::custom; }
 
   // -- Fit and epoch ------------------------------------------------------------------
   /// Before the first step, after a resume. May throw to stop the fit before it starts (the

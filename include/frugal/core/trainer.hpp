@@ -70,7 +70,8 @@ class Trainer : public TrainingRun {
 
   void set_validation_data(std::shared_ptr<const Dataset> data);
   void set_lr_schedule(LrSchedule schedule);
-  /// Policies run in the order added within each hook point. Names must be unique.
+  /// Placed by its phase (Policy::phase): every hook calls the policies in phase order, and in
+  /// the order added within a phase. Names must be unique.
   void add_policy(std::shared_ptr<Policy> policy);
   /// Where fit() continues from (checkpoints); at most one, before the fit.
   void set_resume_source(std::shared_ptr<ResumeSource> source);

@@ -26,6 +26,7 @@ int64_t storage_bytes(const std::vector<torch::Tensor>& tensors);
 class MemoryReportPolicy : public Policy {
  public:
   std::string name() const override { return "memory_report"; }
+  PolicyPhase phase() const override { return PolicyPhase::observation; }
   void on_fit_begin(const TrainingRun& run) override;
   void before_optimizer_step(StepContext& ctx) override;
   void on_after_optimizer_step(StepContext& ctx) override;

@@ -21,6 +21,7 @@ class QuantizedSGD : public torch::optim::SGD, public QuantizedStateOptimizer {
   explicit QuantizedSGD(std::vector<torch::Tensor> params, torch::optim::SGDOptions defaults, StateQuantization quantization = {});
   torch::Tensor step(LossClosure closure = nullptr) override;
   void load(torch::serialize::InputArchive& archive) override;
+  const char* optimizer_name() const override { return "frugal::QuantizedSGD"; }
 };
 
 }  // namespace frugal

@@ -12,6 +12,7 @@
 //                          frugal::StateQuantization().bits(8));
 
 #include <torch/arg.h>
+#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -42,6 +43,8 @@ class QuantizedStateOptimizer {
  public:
   virtual ~QuantizedStateOptimizer() = default;
   const StateQuantization& state_quantization() const { return quantization_; }
+  /// The optimizer's class as messages name it ("frugal::FusedAdamW").
+  virtual const char* optimizer_name() const = 0;
   /// Elements a piece of a parameter must start at a multiple of for its blocks to be the
   /// whole parameter's: the block with 8-bit states, else 1.
   int64_t state_alignment() const { return quantization_.bits() == 8 ? kQuantizationBlock : 1; }
@@ -59,5 +62,15 @@ class QuantizedStateOptimizer {
   StateQuantization quantization_;
   std::unordered_map<const c10::TensorImpl*, int64_t> whole_numel_;
 };
+
+/// The one question every area asks of an optimizer: how are its states kept? Frugal's
+/// optimizers answer with their quantization; any other (torch's own) has none: nullptr.
+const QuantizedStateOptimizer* quantized_states_of(const torch::optim::Optimizer& optimizer);
+QuantizedStateOptimizer* quantized_states_of(torch::optim::Optimizer& optimizer);
+/// Whether `optimizer` keeps 8-bit states for some of its tensors.
+inline bool has_8bit_states(const torch::optim::Optimizer& optimizer) {
+  const auto* q = quantized_states_of(optimizer);
+  return q != nullptr && q->state_quantization().bits() == 8;
+}
 
 }  // namespace frugal

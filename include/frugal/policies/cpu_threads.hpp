@@ -24,6 +24,7 @@ class CpuThreadsPolicy : public Policy {
   /// OptionError naming cpu_threads unless threads >= 0.
   static void check(int64_t threads);
   std::string name() const override { return "cpu_threads"; }
+  PolicyPhase phase() const override { return PolicyPhase::environment; }
   void on_fit_begin(const TrainingRun& run) override;
   void on_fit_end(const TrainingRun& run) override;
 

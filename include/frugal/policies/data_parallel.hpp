@@ -71,6 +71,7 @@ class DataParallelPolicy : public Policy {
   explicit DataParallelPolicy(std::shared_ptr<Communicator> communicator, DataParallelOptions options = {});
   ~DataParallelPolicy() override;
   std::string name() const override { return "data_parallel"; }
+  PolicyPhase phase() const override { return PolicyPhase::communication; }
   /// What the Trainer replicates with: the communicator, the optimizer shards (with sharding)
   /// and the buckets' gradient storage.
   Replication replication() const;

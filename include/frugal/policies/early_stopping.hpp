@@ -5,7 +5,7 @@
 // falls (curriculum learning). Its counters are saved with checkpoints; the log says why it stopped.
 //
 //   trainer.add_policy(std::make_shared<frugal::EarlyStoppingPolicy>(
-//       frugal::EarlyStoppingOptions().monitor("accuracy").mode("max").patience(5)));
+//       frugal::EarlyStoppingOptions().monitor("accuracy").mode(frugal::MonitorMode::max).patience(5)));
 
 #include <torch/arg.h>
 
@@ -13,13 +13,14 @@
 #include <limits>
 #include <string>
 
+#include "frugal/base/monitor_mode.hpp"
 #include "frugal/core/policy.hpp"
 
 namespace frugal {
 
 struct EarlyStoppingOptions {
   TORCH_ARG(std::string, monitor) = "loss";
-  TORCH_ARG(std::string, mode) = "min";  // min | max
+  TORCH_ARG(MonitorMode, mode) = MonitorMode::min;
   TORCH_ARG(int64_t, patience) = 3;      // evaluations without improvement
   TORCH_ARG(double, min_delta) = 0.0;    // an improvement smaller than this does not count
   TORCH_ARG(double, stopping_threshold) = std::numeric_limits<double>::quiet_NaN();    // NaN = off
@@ -35,6 +36,7 @@ class EarlyStoppingPolicy : public Policy {
  public:
   explicit EarlyStoppingPolicy(EarlyStoppingOptions options = {});
   std::string name() const override { return "early_stopping"; }
+  PolicyPhase phase() const override { return PolicyPhase::stopping; }
   void on_validation_end(const TrainerState& state, const Metrics& metrics) override;
   std::optional<std::string> should_stop(const TrainerState& state) override;
   void save_state(StateDict& state) const override;

@@ -36,6 +36,7 @@ class GradientAccumulationPolicy : public Policy {
  public:
   explicit GradientAccumulationPolicy(GradientAccumulationOptions options = {});
   std::string name() const override { return "gradient_accumulation"; }
+  PolicyPhase phase() const override { return PolicyPhase::batching; }
 
   void on_fit_begin(const TrainingRun& run) override;
   void on_step_begin(StepContext& ctx) override;

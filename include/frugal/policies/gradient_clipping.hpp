@@ -37,6 +37,7 @@ class GradientClippingPolicy : public Policy {
  public:
   explicit GradientClippingPolicy(GradientClippingOptions options = {});
   std::string name() const override { return "gradient_clipping"; }
+  PolicyPhase phase() const override { return PolicyPhase::gradients; }
   void clip_gradients(StepContext& ctx) override;
   void collect_metrics(Metrics& metrics) override;
 

@@ -43,6 +43,7 @@ class MixedPrecisionPolicy : public Policy {
  public:
   explicit MixedPrecisionPolicy(MixedPrecisionOptions options = {});
   std::string name() const override { return "mixed_precision"; }
+  PolicyPhase phase() const override { return PolicyPhase::precision; }
 
   void on_fit_begin(const TrainingRun& run) override;
   /// Switches to a precision the run asked for (StepContext::request_precision) and publishes

@@ -80,6 +80,7 @@ class RecoveryPolicy : public Policy {
   explicit RecoveryPolicy(RecoveryOptions options = {});
   ~RecoveryPolicy() override;
   std::string name() const override { return "recovery"; }
+  PolicyPhase phase() const override { return PolicyPhase::recovery; }
 
   void on_fit_begin(const TrainingRun& run) override;
   void on_fit_end(const TrainingRun& run) override;

@@ -76,6 +76,7 @@ class SmokeTestPolicy : public Policy {
  public:
   explicit SmokeTestPolicy(SmokeTestOptions options = {});
   std::string name() const override { return "smoke_test"; }
+  PolicyPhase phase() const override { return PolicyPhase::preflight; }
   void on_fit_begin(const TrainingRun& run) override;
   /// The report of the last run, if one ran.
   const SmokeTestReport& last_report() const { return report_; }

@@ -27,7 +27,7 @@ namespace frugal {
 class CheckpointUploader {
  public:
   using Clock = std::chrono::steady_clock;
-  CheckpointUploader(std::shared_ptr<RemoteCheckpoints> remote, std::filesystem::path staging, RemoteRetention retention);
+  CheckpointUploader(std::shared_ptr<RemoteCheckpoints> remote, std::filesystem::path staging, RetentionRule retention);
   /// Stops at once: an upload in flight is abandoned (it stays uncommitted, removed at the next start).
   ~CheckpointUploader();
 
@@ -68,7 +68,7 @@ class CheckpointUploader {
 
   std::shared_ptr<RemoteCheckpoints> remote_;
   std::filesystem::path staging_;
-  RemoteRetention retention_;
+  RetentionRule retention_;
   std::function<void(const std::string&, int64_t)> observer_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "frugal/base/snapshot.hpp"
+#include "frugal/base/retention.hpp"
 #include "frugal/remote/s3_client.hpp"
 
 namespace frugal {
@@ -25,15 +26,6 @@ namespace frugal {
 struct RemoteCheckpoint {
   std::string name;  // ckpt-<step>
   int64_t step = 0;
-};
-
-/// Which committed remote checkpoints to keep: the newest keep_last (0 = all) and the best
-/// keep_best by `monitor` (its value at the checkpoint's step, from meta.json).
-struct RemoteRetention {
-  int64_t keep_last = 3;
-  int64_t keep_best = 0;
-  std::string monitor = "loss";
-  std::string monitor_mode = "min";
 };
 
 class PrefixLease;
@@ -64,8 +56,9 @@ class RemoteCheckpoints {
   /// A kill's leftovers: objects of checkpoints that were never committed, and multipart
   /// uploads never completed. Only the run that writes under this prefix may call it.
   void remove_unfinished();
-  /// Deletes the committed checkpoints that `retention` does not keep; never `newest`.
-  void apply_retention(const RemoteRetention& retention, const std::string& newest);
+  /// Deletes the committed checkpoints that `rule` does not keep (ranked by their meta.json's
+  /// metrics); never `newest`.
+  void apply_retention(const RetentionRule& rule, const std::string& newest);
 
  private:
   /// The metrics a checkpoint was saved with (its meta.json), fetched once.

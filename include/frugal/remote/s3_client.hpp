@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "frugal/errors.hpp"
+#include "frugal/remote/remote_options.hpp"
 
 namespace frugal {
 
@@ -62,8 +63,8 @@ struct S3ClientOptions {
   std::string endpoint;
   /// "" = AWS_REGION, AWS_DEFAULT_REGION, else us-east-1 (what the signature names).
   std::string region;
-  /// auto (path-style with a custom endpoint, virtual-hosted on AWS) | path | virtual
-  std::string addressing = "auto";
+  /// automatic: path-style with a custom endpoint, virtual-hosted on AWS (resolved() decides).
+  S3Addressing addressing = S3Addressing::automatic;
   int max_attempts = 8;                  // per request, with backoff between them
   double connect_timeout_seconds = 10;
   double stall_timeout_seconds = 60;     // a transfer that moves no byte this long is retried

@@ -43,6 +43,7 @@ class CostPolicy : public Policy {
   /// `clock` returns seconds (steady); tests pass a synthetic one.
   explicit CostPolicy(CostOptions options, std::function<double()> clock = {});
   std::string name() const override { return "cost"; }
+  PolicyPhase phase() const override { return PolicyPhase::observation; }
 
   void on_fit_begin(const TrainingRun& run) override;
   void on_step_begin(StepContext& ctx) override;

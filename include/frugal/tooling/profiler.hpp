@@ -64,6 +64,7 @@ class ProfilerPolicy : public Policy {
   explicit ProfilerPolicy(ProfilerOptions options = {});
   ~ProfilerPolicy() override;
   std::string name() const override { return "profiler"; }
+  PolicyPhase phase() const override { return PolicyPhase::observation; }
   void on_fit_begin(const TrainingRun& run) override;
   void on_fit_end(const TrainingRun& run) override;
   void on_step_begin(StepContext& ctx) override;

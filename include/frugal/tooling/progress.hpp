@@ -34,6 +34,7 @@ class ProgressPolicy : public Policy {
  public:
   explicit ProgressPolicy(ProgressOptions options = {});
   std::string name() const override { return "progress"; }
+  PolicyPhase phase() const override { return PolicyPhase::observation; }
   void on_fit_begin(const TrainingRun& run) override;
   void on_step_end(StepContext& ctx) override;
   void on_fit_end(const TrainingRun& run) override;

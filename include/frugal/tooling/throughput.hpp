@@ -51,6 +51,7 @@ class ThroughputPolicy : public Policy {
   explicit ThroughputPolicy(ThroughputOptions options = {});
   ~ThroughputPolicy() override;
   std::string name() const override { return "throughput"; }
+  PolicyPhase phase() const override { return PolicyPhase::observation; }
   void on_fit_begin(const TrainingRun& run) override;
   void collect_metrics(Metrics& metrics) override;
   /// The peak used for MFU, TFLOP/s per device (0 when unknown: MFU is then not logged).

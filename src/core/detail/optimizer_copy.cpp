@@ -48,7 +48,7 @@ void copy_adam_state(const State& from, State& to) {
 std::unique_ptr<torch::optim::Optimizer> host_copy_of_optimizer(torch::optim::Optimizer& optimizer) {
   using namespace torch::optim;
   // 8-bit states are not the base class's: such an optimizer is serialized instead.
-  if (const auto* q = dynamic_cast<QuantizedStateOptimizer*>(&optimizer); q && q->state_quantization().bits() == 8) return nullptr;
+  if (has_8bit_states(optimizer)) return nullptr;
   if (dynamic_cast<SGD*>(&optimizer)) {
     return copy_as<SGD, SGDOptions, SGDParamState>(optimizer, [](const SGDParamState& from, SGDParamState& to) {
       to.momentum_buffer(host_copy(from.momentum_buffer()));
