@@ -180,7 +180,7 @@ workers)
 postgres)
   pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
   [ -x "$pg_bin/initdb" ] || { echo "SKIPPED: no PostgreSQL server (apt-get install postgresql)"; exit 0; }
-  "$python" -c 'import psycopg2' 2>/dev/null || { echo "SKIPPED: no psycopg2 in $python (bash scripts/install-deps.sh)"; exit 0; }
+  "$python" -c 'import psycopg' 2>/dev/null || { echo "SKIPPED: no psycopg in $python (bash scripts/install-deps.sh)"; exit 0; }
   port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   # The server runs from a directory under /tmp: the build tree may sit where the postgres user
   # cannot reach (a clone under /root), and initdb refuses to run as root.
@@ -200,7 +200,8 @@ postgres)
   "$search" "${args[@]}" > w2.log 2>&1 & b=$!
   wait "$a" || fail "worker 1: $(tail -3 w1.log)"
   wait "$b" || fail "worker 2: $(tail -3 w2.log)"
-  "$python" - "$url" <<'PY' || fail "the PostgreSQL study is not what two workers should leave"
+  # (frugal-search is given the driverless URL; this check names psycopg 3, the driver install-deps installs)
+  "$python" - "${url/postgresql:/postgresql+psycopg:}" <<'PY' || fail "the PostgreSQL study is not what two workers should leave"
 import sys, optuna
 study = optuna.load_study(study_name="pgstudy", storage=sys.argv[1])
 states = [t.state for t in study.trials]

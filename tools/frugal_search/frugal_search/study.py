@@ -50,6 +50,17 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def _with_installed_driver(url: str) -> str:
+    """postgresql://... names no driver, and SQLAlchemy then wants psycopg2; scripts/install-deps.sh
+    and docs/search.md install psycopg 3: the URL gets the driver that is installed."""
+    if url.startswith("postgresql://"):
+        import importlib.util
+
+        if importlib.util.find_spec("psycopg2") is None and importlib.util.find_spec("psycopg") is not None:
+            return "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
+
+
 def open_storage(url: str, default_dir: str):
     """Optuna storage from a URL: sqlite:///PATH, postgresql://..., mysql://..., journal:PATH (a
     journal file, also on a shared file system), or "" (a journal file in the output folder).
@@ -67,9 +78,10 @@ def open_storage(url: str, default_dir: str):
             return JournalStorage(JournalFileBackend(path))
         if "://" not in url:
             raise SearchError(f"storage '{url}' is not a URL: sqlite:///PATH, postgresql://USER@HOST:PORT/DB or journal:PATH")
+        engine_url = _with_installed_driver(url)
         for attempt in range(5):
             try:
-                return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+                return optuna.storages.RDBStorage(engine_url, engine_kwargs={"pool_pre_ping": True})
             except Exception as e:  # noqa: BLE001
                 # Two workers creating the schema at once: one of them sees the other's tables appear.
                 if attempt == 4 or not any(w in str(e) for w in ("duplicate key", "already exists", "UniqueViolation", "Duplicate")):
