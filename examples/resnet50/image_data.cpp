@@ -75,20 +75,17 @@ void check_same_classes(const std::vector<std::string>& train, const std::vector
 
 // images.decode: gpu needs CUDA, shards and libnvjpeg; auto takes the GPU when all are there.
 bool decode_on_gpu(const ImageDataOptions& o, const torch::Device& device) {
-  if (o.decode != "cpu" && o.decode != "gpu" && o.decode != "auto") {
-    throw frugal::OptionError("images.decode", "images.decode must be cpu, gpu or auto, got " + o.decode);
-  }
-  if (o.decode == "cpu" || o.source == "synthetic") return false;
+  if (o.decode == DecodeOn::cpu || o.source == ImageSource::synthetic) return false;
   std::string why;
   if (!device.is_cuda()) {
     why = "training runs on " + device.str();
-  } else if (o.source != "shards") {
-    why = "GPU decoding reads shards (frugal-data convert --from imagefolder), not " + o.source;
+  } else if (o.source != ImageSource::shards) {
+    why = "GPU decoding reads shards (frugal-data convert --from imagefolder), not " + frugal::to_string(o.source);
   } else if (frugal::gpu_jpeg_available(&why)) {
     frugal::log::info("images.decode: JPEGs decoded on " + device.str() + " with nvJPEG");
     return true;
   }
-  if (o.decode == "gpu") throw frugal::OptionError("images.decode", "images.decode=gpu: " + why);
+  if (o.decode == DecodeOn::gpu) throw frugal::OptionError("images.decode", "images.decode=gpu: " + why);
   if (device.is_cuda()) frugal::log::info("images.decode=auto: decoding on the CPU (" + why + ")");
   return false;
 }
@@ -96,11 +93,11 @@ bool decode_on_gpu(const ImageDataOptions& o, const torch::Device& device) {
 }  // namespace
 
 ImageData open_image_data(const ImageDataOptions& o, const frugal::ShardedDatasetOptions& shards, const torch::Device& device) {
-  if (o.source == "synthetic") {
+  if (o.source == ImageSource::synthetic) {
     return {std::make_shared<SyntheticImages>(o.synthetic_images, o.size, o.synthetic_classes, device), nullptr,
             o.synthetic_classes};
   }
-  if (o.train.empty()) throw frugal::OptionError("images.train", "images.train: a directory is required for source " + o.source);
+  if (o.train.empty()) throw frugal::OptionError("images.train", "images.train: a directory is required for source " + frugal::to_string(o.source));
   const auto train_transform =
       frugal::ImageTransformOptions().size(o.size).train(true).min_scale(o.min_scale).flip(o.flip).dct_scaling(o.dct_scaling).roi_decode(o.roi_decode);
   const auto val_transform = frugal::ImageTransformOptions()
@@ -113,7 +110,7 @@ ImageData open_image_data(const ImageDataOptions& o, const frugal::ShardedDatase
   val_transform.validate();
   ImageData data;
   data.gpu_decoding = decode_on_gpu(o, device);
-  if (o.source == "shards") {
+  if (o.source == ImageSource::shards) {
     // On the GPU: shards read raw, crops planned on the CPU, decoded and cropped by nvJPEG there.
     auto open_shards = [&](const std::string& dir, const frugal::ImageTransformOptions& transform) -> std::shared_ptr<const frugal::Dataset> {
       if (!data.gpu_decoding) return std::make_shared<frugal::ShardedDataset>(fs::path(dir), jpeg_decoder(transform), shards);
@@ -127,7 +124,7 @@ ImageData open_image_data(const ImageDataOptions& o, const frugal::ShardedDatase
       data.val = open_shards(o.val, val_transform);
       check_same_classes(classes, classes_of_shards(o.val), o);
     }
-  } else if (o.source == "folder") {
+  } else {  // ImageSource::folder
     auto train = std::make_shared<frugal::ImageFolderDataset>(o.train, jpeg_decoder(train_transform), shards.on_corrupt());
     data.classes = static_cast<int64_t>(train->classes().size());
     data.train = train;
@@ -136,8 +133,6 @@ ImageData open_image_data(const ImageDataOptions& o, const frugal::ShardedDatase
       check_same_classes(train->classes(), val->classes(), o);
       data.val = val;
     }
-  } else {
-    throw frugal::OptionError("images.source", "images.source must be shards, folder or synthetic, got " + o.source);
   }
   return data;
 }

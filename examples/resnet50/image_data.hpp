@@ -3,6 +3,7 @@
 // augmented by worker threads, or synthetic images made on the training device for throughput
 // measurements (no decoding, no host-to-device copy).
 
+#include <array>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,8 +12,19 @@
 
 namespace resnet_example {
 
+/// Where the images come from: tar shards, an ImageFolder tree, or made on the device.
+enum class ImageSource { shards, folder, synthetic };
+constexpr std::array<frugal::EnumName<ImageSource>, 3> names_of(ImageSource) {
+  return {{{ImageSource::shards, "shards"}, {ImageSource::folder, "folder"}, {ImageSource::synthetic, "synthetic"}}};
+}
+/// Where JPEGs are decoded: worker threads, nvJPEG on the training GPU, or the GPU when it can.
+enum class DecodeOn { cpu, gpu, automatic };
+constexpr std::array<frugal::EnumName<DecodeOn>, 3> names_of(DecodeOn) {
+  return {{{DecodeOn::cpu, "cpu"}, {DecodeOn::gpu, "gpu"}, {DecodeOn::automatic, "auto"}}};
+}
+
 struct ImageDataOptions {
-  std::string source = "shards";  // shards | folder | synthetic
+  ImageSource source = ImageSource::shards;
   std::string train;              // directory of shards or class folders
   std::string val;
   int64_t size = 224;             // training crop side
@@ -23,7 +35,7 @@ struct ImageDataOptions {
   bool dct_scaling = true;         // training: decode at 1/2, 1/4, 1/8 size when the crop allows
   bool val_dct_scaling = false;    // validation: off, every pixel decoded as Pillow does (exact torchvision)
   bool roi_decode = true;          // decode only the crop's rows and MCU columns
-  std::string decode = "auto";     // cpu | gpu (nvJPEG) | auto (gpu when training on CUDA and nvJPEG loads)
+  DecodeOn decode = DecodeOn::automatic;
   int64_t synthetic_images = 1281167;  // an ImageNet epoch
   int64_t synthetic_classes = 1000;
 };

@@ -110,7 +110,7 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
   config.bind("optimizer.min_lr_factor", o.min_lr_factor, "Cosine decay ends at lr x this");
   config.bind("optimizer.schedule_epochs", o.schedule_epochs,
               "Epochs the LR schedule spans; 0 = trainer.max_epochs (set it to stop a run early on the same schedule)");
-  config.bind("images.source", d.source, "shards, folder (ImageFolder layout) or synthetic", {"shards", "folder", "synthetic"});
+  config.bind_enum("images.source", d.source, "shards, folder (ImageFolder layout) or synthetic");
   config.bind("images.train", d.train, "Training shards directory or image folder");
   config.bind("images.val", d.val, "Validation shards directory or image folder; \"\" = no validation");
   config.bind("images.size", d.size, "Training crop side in pixels");
@@ -123,10 +123,9 @@ void bind_example(frugal::Config& config, ModelOptions& m, OptimizerOptions& o, 
               "Validation: decode at a reduced size (faster; off = torchvision's pixels exactly)");
   config.bind("images.roi_decode", d.roi_decode,
               "Decode only the rows and MCU columns of the crop (training; validation too with images.val_dct_scaling)");
-  config.bind("images.decode", d.decode,
-              "Where JPEGs are decoded: cpu (worker threads, libjpeg-turbo), gpu (nvJPEG on the training GPU; shards only) "
-              "or auto (gpu when training on CUDA and libnvjpeg loads)",
-              {"cpu", "gpu", "auto"});
+  config.bind_enum("images.decode", d.decode,
+                   "Where JPEGs are decoded: cpu (worker threads, libjpeg-turbo), gpu (nvJPEG on the training GPU; shards only) "
+                   "or auto (gpu when training on CUDA and libnvjpeg loads)");
   config.bind("images.flip", d.flip, "Random horizontal flips in training");
   config.bind("images.synthetic_images", d.synthetic_images, "Synthetic source: images per epoch");
   config.bind("images.synthetic_classes", d.synthetic_classes, "Synthetic source: classes");
