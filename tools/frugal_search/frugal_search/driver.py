@@ -295,9 +295,18 @@ class Driver:
                     self.log(f"trial {t.number}: its worker is gone: resumable")
             for t in self.study.trials():
                 if t.state == TrialState.WAITING and attr(t, "state") == "interrupted" and not self.stop_requested:
-                    if not t.params:
+                    if not t.params:  # its creator died before sampling: sampled now, it runs as a new trial
+                        fixed = self.next_grid_point(trials) if self.grid is not None else None
+                        if self.grid is not None and fixed is None:
+                            if self.study.claim(t._trial_id):
+                                self.study.fail(t._trial_id, "driver", "created without parameters by a worker that died at that moment; the grid is done")
+                            continue
                         if self.study.claim(t._trial_id):
-                            self.study.fail(t._trial_id, "driver", "created without parameters by a worker that died at that moment")
+                            bracket = schedule.bracket_for(t.number, self.s.rungs, self.s.hyperband)
+                            self.study.fill_params(t._trial_id, self.space, bracket, trials, fixed)
+                            self.launch(t._trial_id, self.s.rungs.max_resource if self.s.form == "none" else self.s.rungs.levels(bracket)[0])
+                            adopted = True
+                            break
                         continue
                     if self.previous_run_alive(t):
                         continue  # its last run is still checkpointing after its driver died: later
@@ -319,16 +328,18 @@ class Driver:
                 return
             index = len([t for t in trials])
             bracket = schedule.bracket_for(index, self.s.rungs, self.s.hyperband)
-            fixed = None
-            if self.grid is not None:
-                taken = {tuple(sorted(params_of(t, self.space).items())) for t in trials}
-                remaining = [g for g in self.grid if tuple(sorted(g.items())) not in taken]
-                if not remaining:
-                    return
-                fixed = remaining[0]
+            fixed = self.next_grid_point(trials) if self.grid is not None else None
+            if self.grid is not None and fixed is None:
+                return
             trial_id, _ = self.study.new_trial(self.space, bracket, trials, fixed)
             # Without early decisions a trial runs straight to the full budget.
             self.launch(trial_id, self.s.rungs.max_resource if self.s.form == "none" else self.s.rungs.levels(bracket)[0])
+
+    def next_grid_point(self, trials) -> dict[str, str] | None:
+        """The first grid configuration no trial has taken, or None when all are taken."""
+        taken = {tuple(sorted(params_of(t, self.space).items())) for t in trials}
+        remaining = [g for g in self.grid if tuple(sorted(g.items())) not in taken]
+        return remaining[0] if remaining else None
 
     def done(self) -> bool:
         if self.running:

@@ -160,6 +160,18 @@ class Study:
         self.set(trial_id, bracket=bracket, rung=0, state="running", worker=self.worker.text(), heartbeat=time.time(), seconds=0.0)
         return trial_id, params
 
+    def fill_params(self, trial_id: int, space, bracket: int, trials: list[FrozenTrial], fixed: dict[str, str] | None = None) -> None:
+        """Parameters for a trial this worker has claimed that has none: its creator died between
+        creating it and sampling them. It then runs as a new trial would."""
+        if fixed is not None:
+            for k, v in fixed.items():
+                d = space.param(k).distribution()
+                self.storage.set_trial_param(trial_id, k, d.to_internal_repr(_distribution_value(d, v)), d)
+        else:
+            self._diverge_from_other_workers(trials)
+            space.sample(optuna.Trial(self.optuna, trial_id))
+        self.set(trial_id, bracket=bracket, rung=0, state="running", worker=self.worker.text(), heartbeat=time.time(), seconds=0.0)
+
     def _diverge_from_other_workers(self, trials: list[FrozenTrial]) -> None:
         """Workers started with the same --seed would propose the same configurations in lockstep:
         once another worker's trial is in the study, this worker's sampler takes a fresh seed."""
