@@ -131,6 +131,9 @@ kill)
   "$search" "${args[@]}" >> driver.log 2>&1 || fail "the last start failed: $(tail -5 driver.log)"
   kills=$(grep -c "killed with -9" driver.log)
   [ "$kills" -ge 2 ] || fail "the driver was killed only $kills times"
+  # A driver killed while it appends to the journal leaves no lock behind (the kernel drops it):
+  # the next start does not wait out a stale lock file.
+  ! grep -q "to acquire the lock file\|Forcibly releasing" driver.log || fail "a killed driver's journal lock stalled the next start: $(grep -m1 lock driver.log)"
   s=$(states study/trials.json)
   # (Which trials ASHA promotes depends on the order rungs end in, which the kills change.)
   "$python" -c 'import json,sys; r=json.load(open("study/trials.json")); sys.exit(0 if all(t["state"] in ("complete","pruned") for t in r) and any(t["state"]=="complete" for t in r) else 1)' ||

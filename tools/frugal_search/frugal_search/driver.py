@@ -102,7 +102,9 @@ class Driver:
         return 1
 
     def may_start_new(self, trials) -> bool:
-        created = [t for t in trials if t.params or attr(t, "state") not in (None, "failed")]
+        # Every trial counts but one failed before it had parameters: a trial whose creator died
+        # before sampling is run by whoever takes it over, within the budget.
+        created = [t for t in trials if t.params or attr(t, "state") != "failed"]
         if self.stop_requested:
             return False
         if self.s.max_trials is not None and len(created) >= self.s.max_trials:

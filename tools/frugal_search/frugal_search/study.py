@@ -75,7 +75,9 @@ def open_storage(url: str, default_dir: str):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-            return JournalStorage(JournalFileBackend(path))
+            from .journal_lock import KernelJournalLock
+
+            return JournalStorage(JournalFileBackend(path, lock_obj=KernelJournalLock(path)))
         if "://" not in url:
             raise SearchError(f"storage '{url}' is not a URL: sqlite:///PATH, postgresql://USER@HOST:PORT/DB or journal:PATH")
         engine_url = _with_installed_driver(url)
@@ -147,15 +149,20 @@ class Study:
     def new_trial(self, space, bracket: int, trials: list[FrozenTrial], fixed: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
         """A new trial, RUNNING for this worker, with its parameters from the sampler (or `fixed`);
         `trials`: the study's trials as the caller just read them."""
+        # The worker's name and heartbeat go in with the trial, in one write: a worker killed before
+        # the next write leaves a trial that names its dead creator (taken over in a second), not an
+        # anonymous one that waits out --stale-seconds.
+        owner = {A + "worker": self.worker.text(), A + "heartbeat": time.time()}
         if fixed is not None:
             distributions = {k: space.param(k).distribution() for k in fixed}
             values = {k: _distribution_value(distributions[k], v) for k, v in fixed.items()}
-            template = optuna.trial.create_trial(state=TrialState.RUNNING, params=values, distributions=distributions)
+            template = optuna.trial.create_trial(state=TrialState.RUNNING, params=values, distributions=distributions, user_attrs=owner)
             trial_id = self.storage.create_new_trial(self.study_id, template_trial=template)
             params = dict(fixed)
         else:
             self._diverge_from_other_workers(trials)
-            trial_id = self.storage.create_new_trial(self.study_id)
+            template = optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=owner)
+            trial_id = self.storage.create_new_trial(self.study_id, template_trial=template)
             params = space.sample(optuna.Trial(self.optuna, trial_id))
         self.set(trial_id, bracket=bracket, rung=0, state="running", worker=self.worker.text(), heartbeat=time.time(), seconds=0.0)
         return trial_id, params
