@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     const World world = detect_world(process_environment());
     const torch::Device device = device_name == "cuda" ? torch::Device(torch::kCUDA, world.local_rank) : torch::Device(torch::kCPU);
     torch::set_num_threads(1);
-    auto comm = connect(world, CommunicatorOptions().backend(backend).timeout_seconds(120));
+    auto comm = connect(world, CommunicatorOptions().backend(parse_enum_option<CollectiveBackend>(backend, "backend")).timeout_seconds(120));
     const std::string command = c10::str("torchrun --standalone --nproc-per-node=", world.world_size,
                                          " --no-python build/bench/frugal_bench_data_parallel ", out, " ", device_name, " ", backend);
     bench_allreduce(*comm, device, out, command);

@@ -195,7 +195,7 @@ struct StepClock : frugal::Policy {
 int sharded(const std::string& results, const Shape& s, int64_t steps) {
   torch::set_num_threads(1);
   const frugal::World world = frugal::detect_world(frugal::process_environment());
-  auto comm = frugal::connect(world, frugal::CommunicatorOptions().backend("gloo"));
+  auto comm = frugal::connect(world, frugal::CommunicatorOptions().backend(frugal::CollectiveBackend::gloo));
   struct Figures {
     double bytes = 0, seconds = 0;
   };

@@ -149,8 +149,7 @@ void bind(Config& config, StandardOptions& o) {
   config.add_check("early_stopping", [&e] { e.validate(); });
 
   CommunicatorOptions& comm = o.communicator;
-  config.bind("distributed.backend", comm.backend(), "Collectives between processes: auto (nccl on GPUs, else gloo)",
-              {"auto", "gloo", "nccl"});
+  config.bind_enum("distributed.backend", comm.backend(), "Collectives between processes: auto (nccl on GPUs, else gloo)");
   config.bind("distributed.timeout_seconds", comm.timeout_seconds(), "How long to wait for a peer before failing");
   config.add_check("distributed", [&comm] { comm.validate(); });
   DataParallelOptions& dp = o.data_parallel;

@@ -30,9 +30,6 @@ using detail::check_chunks;
 using detail::gather_text_by_sums;
 
 void CommunicatorOptions::validate() const {
-  if (backend() != "auto" && backend() != "gloo" && backend() != "nccl") {
-    throw OptionError("backend", "backend must be auto, gloo or nccl, got '" + backend() + "'");
-  }
   if (!(timeout_seconds() > 0)) {
     throw OptionError("timeout_seconds", c10::str("timeout_seconds must be > 0, got ", timeout_seconds()));
   }
@@ -247,7 +244,7 @@ class C10dCommunicator : public Communicator {
 
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options) {
   options.validate();
-  if (world.world_size == 1 && options.backend() == "auto") return std::make_shared<SingleProcessCommunicator>();
+  if (world.world_size == 1 && options.backend() == CollectiveBackend::automatic) return std::make_shared<SingleProcessCommunicator>();
   // When a peer dies, a write to its socket raises SIGPIPE, whose default action kills this
   // process before the backend can report the error (seen in CI as exit code -13). Python
   // ignores SIGPIPE at start-up, which is why torch's own jobs never meet this; we do it here,
@@ -255,8 +252,9 @@ std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOpti
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds() * 1000.0));
-  std::string name = options.backend();
-  if (name == "auto") name = torch::cuda::is_available() ? "nccl" : "gloo";
+  CollectiveBackend chosen = options.backend();
+  if (chosen == CollectiveBackend::automatic) chosen = torch::cuda::is_available() ? CollectiveBackend::nccl : CollectiveBackend::gloo;
+  const std::string name = to_string(chosen);
 
   // The rendezvous waits for every rank (up to the timeout) and cannot look at a recorded signal.
   const preemption::ExitAtOnce exit_on_signal("connecting to the other ranks");
@@ -273,11 +271,11 @@ std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOpti
     throw CommunicationError(c10::str("rendezvous at ", world.master_addr, ":", world.master_port, " failed for rank ",
                                       world.rank, " of ", world.world_size, ": ", e.what()));
   }
-  auto backend = name == "nccl" ? detail::make_nccl_backend(store, world, timeout) : detail::make_gloo_backend(store, world, timeout);
+  auto backend = chosen == CollectiveBackend::nccl ? detail::make_nccl_backend(store, world, timeout) : detail::make_gloo_backend(store, world, timeout);
   // Decisions (stop, pre-emption) go over a host-side gloo group beside NCCL, as torch users do
   // with a gloo "cpu group": reading a flag from a GPU would wait for all work queued before it.
-  c10::intrusive_ptr<c10d::Backend> control = name == "gloo" ? backend : nullptr;
-  if (name == "nccl") {
+  c10::intrusive_ptr<c10d::Backend> control = chosen == CollectiveBackend::gloo ? backend : nullptr;
+  if (chosen == CollectiveBackend::nccl) {
     try {
       control = detail::make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("frugal_control", store), world, timeout);
     } catch (const CommunicationError& e) {

@@ -29,10 +29,11 @@ double conv_flops(const torch::nn::Conv2dImpl& c, int64_t& side_h, int64_t& side
 }  // namespace
 
 ResNetOptions ResNetOptions::variant(const std::string& name) {
-  static const std::map<std::string, std::pair<std::string, std::vector<int64_t>>> variants{
-      {"resnet18", {"basic", {2, 2, 2, 2}}},       {"resnet26", {"bottleneck", {2, 2, 2, 2}}},
-      {"resnet34", {"basic", {3, 4, 6, 3}}},       {"resnet50", {"bottleneck", {3, 4, 6, 3}}},
-      {"resnet101", {"bottleneck", {3, 4, 23, 3}}}, {"resnet152", {"bottleneck", {3, 8, 36, 3}}}};
+  using enum ResNetBlock;
+  static const std::map<std::string, std::pair<ResNetBlock, std::vector<int64_t>>> variants{
+      {"resnet18", {basic, {2, 2, 2, 2}}},       {"resnet26", {bottleneck, {2, 2, 2, 2}}},
+      {"resnet34", {basic, {3, 4, 6, 3}}},       {"resnet50", {bottleneck, {3, 4, 6, 3}}},
+      {"resnet101", {bottleneck, {3, 4, 23, 3}}}, {"resnet152", {bottleneck, {3, 8, 36, 3}}}};
   const auto it = variants.find(name);
   if (it == variants.end()) {
     throw OptionError("variant", c10::str("unknown ResNet variant '", name,
@@ -42,9 +43,6 @@ ResNetOptions ResNetOptions::variant(const std::string& name) {
 }
 
 void ResNetOptions::validate() const {
-  if (block() != "bottleneck" && block() != "basic") {
-    throw OptionError("block", c10::str("block must be \"bottleneck\" or \"basic\", got \"", block(), "\""));
-  }
   if (layers().size() != 4) throw OptionError("layers", c10::str("layers must list 4 stages, got ", layers().size()));
   for (const int64_t n : layers()) {
     if (n < 1) throw OptionError("layers", c10::str("every stage needs >= 1 block, got ", c10::IntArrayRef(layers())));

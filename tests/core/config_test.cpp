@@ -218,7 +218,7 @@ TEST_CASE("the tooling keys switch on cost, profiler and the budget's checkpoint
 TEST_CASE("the [distributed] keys reach the communicator and data-parallel options", "[core][config]") {
   Loaded l({"--distributed.backend=gloo", "--distributed.bucket_cap_mb=4", "--distributed.buffers=average"},
            {"FRUGAL_DISTRIBUTED_TIMEOUT_SECONDS=30"});
-  CHECK(l.options.communicator.backend() == "gloo");
+  CHECK(l.options.communicator.backend() == CollectiveBackend::gloo);
   CHECK(l.options.communicator.timeout_seconds() == 30.0);
   CHECK(l.options.data_parallel.bucket_cap_mb() == 4.0);
   CHECK(l.options.data_parallel.buffers() == BufferSync::average);

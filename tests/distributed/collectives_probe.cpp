@@ -14,7 +14,7 @@ int run(int argc, char** argv) {
   const bool die = argc > 1 && std::string(argv[1]) == "die";
   const bool mismatch = argc > 1 && std::string(argv[1]) == "mismatch";
   const frugal::World world = frugal::detect_world(frugal::process_environment());
-  auto comm = frugal::connect(world, frugal::CommunicatorOptions().backend("gloo").timeout_seconds(die ? 5 : 60));
+  auto comm = frugal::connect(world, frugal::CommunicatorOptions().backend(frugal::CollectiveBackend::gloo).timeout_seconds(die ? 5 : 60));
   const int64_t r = comm->rank(), n = comm->world_size();
 
   std::vector<torch::Tensor> sum{torch::full({1000}, static_cast<float>(r + 1)), torch::arange(3, torch::kDouble) * r};

@@ -12,7 +12,7 @@ TEST_CASE("a real gloo group of one reduces, and a dead peer cannot kill the pro
   std::signal(SIGPIPE, SIG_DFL);
   World world;
   world.master_port = 29400 + static_cast<int64_t>(::getpid() % 1000);  // ctest runs tests side by side
-  auto comm = connect(world, CommunicatorOptions().backend("gloo").timeout_seconds(30));
+  auto comm = connect(world, CommunicatorOptions().backend(frugal::CollectiveBackend::gloo).timeout_seconds(30));
   CHECK(comm->backend() == "gloo");
   std::vector<torch::Tensor> t{torch::full({3}, 2.0f)};
   comm->all_reduce(t);

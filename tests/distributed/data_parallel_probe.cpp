@@ -158,7 +158,7 @@ bool equal_on_all_ranks(frugal::Communicator& comm, const torch::Tensor& local) 
 int run(const frugal::testing::ProbeArgs& args) {
   torch::set_num_threads(1);
   const frugal::World world = frugal::detect_world(frugal::process_environment());
-  auto raw = frugal::connect(world, frugal::CommunicatorOptions().backend("gloo").timeout_seconds(args.mode == "die" ? 5 : 60));
+  auto raw = frugal::connect(world, frugal::CommunicatorOptions().backend(frugal::CollectiveBackend::gloo).timeout_seconds(args.mode == "die" ? 5 : 60));
   auto comm = std::make_shared<CountingCommunicator>(raw);
   const int64_t r = world.rank, n = world.world_size;
   auto fail = [&](const std::string& what) {

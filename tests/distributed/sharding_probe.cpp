@@ -117,7 +117,7 @@ int run(const frugal::testing::ProbeArgs& args) {
   torch::set_num_threads(1);
   const frugal::World world = frugal::detect_world(frugal::process_environment());
   std::shared_ptr<frugal::Communicator> comm;
-  if (world.world_size > 1) comm = frugal::connect(world, frugal::CommunicatorOptions().backend("gloo").timeout_seconds(60));
+  if (world.world_size > 1) comm = frugal::connect(world, frugal::CommunicatorOptions().backend(frugal::CollectiveBackend::gloo).timeout_seconds(60));
   const int64_t r = world.rank, n = world.world_size;
   auto fail = [&](const std::string& what) {
     std::cout << "rank " << r << ": FAIL " << what << std::endl;

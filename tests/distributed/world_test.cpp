@@ -42,5 +42,7 @@ TEST_CASE("no launcher means one process, and bad values name the variable", "[d
   CHECK_THROWS_WITH(detect_world({"RANK=x", "WORLD_SIZE=2"}), "environment variable RANK must be an integer, got 'x'");
   CHECK_THROWS_WITH(detect_world({"RANK=0"}), "environment variable WORLD_SIZE is not set");
   CHECK_THROWS_WITH(detect_world({"SLURM_PROCID=0", "SLURM_NTASKS=2"}), Catch::Contains("SLURM_JOB_NODELIST"));
-  CHECK_THROWS_WITH(CommunicatorOptions().backend("mpi").validate(), Catch::Contains("got 'mpi'"));
+  CHECK_THROWS_WITH(parse_enum_option<CollectiveBackend>("mpi", "distributed.backend"),
+                    "distributed.backend must be one of auto, gloo, nccl; got 'mpi'");
+  CHECK(to_string(CommunicatorOptions().backend()) == "auto");
 }

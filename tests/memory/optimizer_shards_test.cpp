@@ -210,7 +210,7 @@ TEST_CASE("sharded gradients over NCCL on CUDA: reduce-scatter, the sharded step
   Seeded seeded;
   World world;  // one rank with an explicit backend: a real NCCL process group, even alone
   world.master_port = 29731;
-  auto nccl = connect(world, CommunicatorOptions().backend("nccl").timeout_seconds(60));
+  auto nccl = connect(world, CommunicatorOptions().backend(CollectiveBackend::nccl).timeout_seconds(60));
   auto train = [&](ShardMode shard) {
     torch::manual_seed(11);
     TinyNet net(4, 64, 3);

@@ -122,7 +122,7 @@ TEST_CASE("ResNet variants: shapes, widths, zero-init residual, FLOPs, bad optio
 
   CHECK_THROWS_WITH(ResNetOptions::variant("resnet51"), Catch::Contains("unknown ResNet variant 'resnet51'"));
   CHECK_THROWS_AS(ResNet(ResNetOptions().layers({1, 1, 1})), OptionError);
-  CHECK_THROWS_AS(ResNet(ResNetOptions().block("wide")), OptionError);
+  CHECK_THROWS_WITH(parse_enum_option<ResNetBlock>("wide", "block"), "block must be one of bottleneck, basic; got 'wide'");
   // Clones (the smoke test's CPU copy) are deep.
   auto copy = std::dynamic_pointer_cast<ResNetImpl>(narrow->clone());
   copy->conv1->weight.data().fill_(1.0);

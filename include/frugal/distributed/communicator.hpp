@@ -4,27 +4,35 @@
 // within the timeout instead of hanging.
 //
 //   auto comm = frugal::connect(frugal::detect_world(frugal::process_environment()),
-//                               frugal::CommunicatorOptions().backend("gloo"));
+//                               frugal::CommunicatorOptions().backend(frugal::CollectiveBackend::gloo));
 //   std::vector<torch::Tensor> grads{g};
 //   comm->all_reduce(grads);     // sum across ranks, in place
 
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "frugal/base/communicator.hpp"
+#include "frugal/base/enum_names.hpp"
 #include "frugal/distributed/world.hpp"
 #include "frugal/errors.hpp"
 
 namespace frugal {
 
+/// The c10d backend of the collectives (distributed.backend): automatic ("auto": NCCL when CUDA is
+/// available, else Gloo; a world of one then needs none), Gloo or NCCL.
+enum class CollectiveBackend { automatic, gloo, nccl };
+constexpr std::array<EnumName<CollectiveBackend>, 3> names_of(CollectiveBackend) {
+  return {{{CollectiveBackend::automatic, "auto"}, {CollectiveBackend::gloo, "gloo"}, {CollectiveBackend::nccl, "nccl"}}};
+}
+
 struct CommunicatorOptions {
-  /// "auto" (nccl with CUDA, else gloo), "gloo", "nccl".
-  TORCH_ARG(std::string, backend) = "auto";
+  TORCH_ARG(CollectiveBackend, backend) = CollectiveBackend::automatic;
   /// How long a collective or the rendezvous may wait for a peer.
   TORCH_ARG(double, timeout_seconds) = 300.0;
 
@@ -32,7 +40,7 @@ struct CommunicatorOptions {
   void validate() const;
 };
 
-/// For a world of one with backend "auto", a single-process communicator; otherwise rendezvous
+/// For a world of one with the automatic backend, a single-process communicator; otherwise rendezvous
 /// through a TCP store at world.master_addr:master_port and the chosen c10d backend (a world of
 /// one with an explicit backend runs the real backend: the GPU check exercises NCCL that way).
 std::shared_ptr<Communicator> connect(const World& world, const CommunicatorOptions& options = {});

@@ -18,16 +18,24 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
+#include "frugal/base/enum_names.hpp"
 #include "frugal/memory/checkpoint_plan.hpp"
 
 namespace frugal {
 
+/// A residual block: bottleneck (1x1, 3x3, 1x1, 4x expansion: ResNet-50/101/152) or basic (two
+/// 3x3: ResNet-18/34).
+enum class ResNetBlock { bottleneck, basic };
+constexpr std::array<EnumName<ResNetBlock>, 2> names_of(ResNetBlock) {
+  return {{{ResNetBlock::bottleneck, "bottleneck"}, {ResNetBlock::basic, "basic"}}};
+}
+
 struct ResNetOptions {
-  /// "bottleneck" (1x1, 3x3, 1x1, 4x expansion: ResNet-50/101/152) or "basic" (two 3x3: ResNet-18/34).
-  TORCH_ARG(std::string, block) = "bottleneck";
+  TORCH_ARG(ResNetBlock, block) = ResNetBlock::bottleneck;
   /// Blocks in each of the four stages.
   TORCH_ARG(std::vector<int64_t>, layers) = std::vector<int64_t>({3, 4, 6, 3});
   /// Channels of the stem and the first stage (64 in torchvision); 16 makes a model ~16x cheaper.
@@ -42,7 +50,7 @@ struct ResNetOptions {
   static ResNetOptions variant(const std::string& name);
   /// Throws OptionError naming the bad field and value.
   void validate() const;
-  bool bottleneck() const { return block() == "bottleneck"; }
+  bool bottleneck() const { return block() == ResNetBlock::bottleneck; }
   /// Channels entering the classifier: 8 * base_channels, times 4 for bottleneck blocks.
   int64_t feature_channels() const { return base_channels() * 8 * (bottleneck() ? 4 : 1); }
 };
