@@ -7,15 +7,15 @@ set -euo pipefail
 exe="$1"; checkpoint_tool="$2"; source_dir="$3"; python="$4"; work="$5"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
-args=(--config "$source_dir/examples/minimal/config.toml" --trainer.max_epochs=2 --model.train_examples=16384
+args=(--config "$source_dir/examples/minimal/config.toml" --trainer.max_epochs=2 --model.train_examples=8192
       --model.validation_examples=256 --model.hidden=768 --data.batch_size=64 --trainer.device=cpu --smoke_test.mode=off
       --checkpoint.enabled=true --checkpoint.every_n_steps=16 --trainer.log_every_n_steps=16)
 launch() {  # RUN_DIR (exec: the caller's $! is the agent itself)
   exec "$python" -m torch.distributed.run --standalone --nproc-per-node=2 --no-python "$exe" "${args[@]}" --trainer.run_dir="$1"
 }
-# 16384 / 2 ranks / 64 = 128 steps an epoch, 256 in all.
+# 8192 / 2 ranks / 64 = 64 steps an epoch, 128 in all: the kill comes after step 32, with 96 to go.
 timeout 600 bash -c "$(declare -f launch); $(declare -p args exe python); launch whole" > whole.out 2>&1 || fail "uninterrupted: $(tail -5 whole.out)"
-final=whole/checkpoints/ckpt-000000256
+final=whole/checkpoints/ckpt-000000128
 [ -f "$final/state.pt" ] || fail "no final checkpoint: $(ls whole/checkpoints)"
 
 launch split > split.out 2>&1 &
@@ -36,13 +36,13 @@ echo "ranks gone $(( $(date +%s) - killed_at )) s after the agent was killed"
 # rank's when that one reached the stop agreement first.
 grep -qE "pre-empted by (SIGTERM|a signal to another rank)" split/train.log || fail "rank 0 did not stop as on a pre-emption: $(tail -5 split/train.log)"
 latest=$(cat split/checkpoints/latest)
-[ "$latest" != "ckpt-000000256" ] || fail "the run finished before the agent was killed"
+[ "$latest" != "ckpt-000000128" ] || fail "the run finished before the agent was killed"
 "$checkpoint_tool" verify "split/checkpoints/$latest" > /dev/null || fail "the pre-emption checkpoint $latest does not verify"
 grep -q "\"step\": $((10#${latest#ckpt-}))" split/PREEMPTED || fail "no PREEMPTED marker naming step ${latest#ckpt-}: $(cat split/PREEMPTED 2>&1)"
 echo "stopped at $latest"
 
 timeout 600 bash -c "$(declare -f launch); $(declare -p args exe python); launch split" > resumed.out 2>&1 || fail "relaunch: $(tail -5 resumed.out)"
 [ ! -e split/PREEMPTED ] || fail "the PREEMPTED marker outlived the run that resumed"
-cmp -s "$final/state.pt" split/checkpoints/ckpt-000000256/state.pt || fail "the resumed run ended with other weights"
-cmp -s "$final/optimizer.pt" split/checkpoints/ckpt-000000256/optimizer.pt || fail "the resumed run ended with another optimizer state"
+cmp -s "$final/state.pt" split/checkpoints/ckpt-000000128/state.pt || fail "the resumed run ended with other weights"
+cmp -s "$final/optimizer.pt" split/checkpoints/ckpt-000000128/optimizer.pt || fail "the resumed run ended with another optimizer state"
 echo "launcher death: all checks passed"
