@@ -6,10 +6,12 @@
 #include <optional>
 
 #include "base/checkpoint_names.hpp"
+#include "base/finite_weights.hpp"
 #include "checkpoint/rank_votes.hpp"
 #include "frugal/base/communicator.hpp"
 #include "frugal/base/trainer_state.hpp"
 #include "frugal/core/training_run.hpp"
+#include "frugal/errors.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -22,6 +24,20 @@ void apply_retention(const WriteContext& c) {
   for (const auto& d : c.destinations) d->apply_retention();
 }
 
+/// NonFiniteError, before anything is written, when a checked weight holds an inf or a NaN.
+void refuse_nonfinite(const TrainingRun& run, const TrainingSnapshot& snapshot, const std::vector<std::string>& keys) {
+  if (keys.empty()) return;
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& key : keys) {
+    if (const auto it = snapshot.tensors.find(key); it != snapshot.tensors.end()) named.emplace_back(key.substr(6), it->second);
+  }
+  const auto bad = detail::first_nonfinite(named);
+  if (!bad) return;
+  const int64_t step = snapshot.state.step;
+  throw NonFiniteError(c10::str("non-finite weights at step ", step, " (parameter ", *bad, "); the run stops at the checkpoint of step ",
+                                step, ", not written; ", run.last_checkpoint_text(), detail::kNonFiniteAdvice));
+}
+
 class UnshardedWrites : public CheckpointWrites {
  public:
   explicit UnshardedWrites(WriteContext context) : c_(std::move(context)) {}
@@ -29,8 +45,12 @@ class UnshardedWrites : public CheckpointWrites {
   void save(const TrainerState& state) override {
     if (c_.run->rank() != 0) return;  // replicas hold the same state: rank 0 writes it
     wait();                           // one write at a time; its error, if any, surfaces here
-    auto snapshot = std::make_shared<TrainingSnapshot>(c_.run->snapshot());
-    auto job = [c = c_, snapshot, options = c_.write_options(state.step)] {
+    // Staged: the weights and the optimizer's state are copied on the writer thread, beside the
+    // next step's forward and backward (the run waits for the copy before it changes them).
+    auto staged = c_.run->staged_snapshot();
+    auto job = [c = c_, staged, options = c_.write_options(state.step), weights = checked_weights()] {
+      const std::shared_ptr<const TrainingSnapshot> snapshot = staged->finish();
+      refuse_nonfinite(*c.run, *snapshot, weights);
       CheckpointInfo info = c.store->write(*snapshot, options);
       for (const auto& d : c.destinations) d->published(info);  // before retention may delete the folder
       apply_retention(c);
@@ -43,6 +63,9 @@ class UnshardedWrites : public CheckpointWrites {
       job();
     }
   }
+
+  // One process: no other rank must stop with it, so the writer checks its own copy.
+  bool checks_weights() const override { return c_.run->world_size() == 1; }
 
   void surface_errors() override {
     if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) pending_.get();
@@ -61,6 +84,15 @@ class UnshardedWrites : public CheckpointWrites {
   }
 
  private:
+  /// The snapshot's keys of the weights the writer checks ("model/<parameter>"); none when the
+  /// caller checks them, or when the run trains on through non-finite values.
+  std::vector<std::string> checked_weights() const {
+    std::vector<std::string> keys;
+    if (!checks_weights() || !c_.run->options().stop_on_nonfinite_loss()) return keys;
+    for (const auto& p : c_.run->model().module().named_parameters()) keys.push_back("model/" + p.key());
+    return keys;
+  }
+
   WriteContext c_;
   std::future<CheckpointInfo> pending_;
 };
@@ -89,8 +121,11 @@ class ShardedWrites : public CheckpointWrites {
     }
     if (agreed[0] != 0) return;  // saved already
     Write write;
-    write.snapshot = std::make_shared<TrainingSnapshot>(c_.run->snapshot());
-    auto job = [store = *c_.store, snapshot = write.snapshot, options = c_.write_options(state.step)] { return store.write_shard(*snapshot, options); };
+    write.snapshot = c_.run->staged_snapshot();
+    write.step = state.step;
+    auto job = [store = *c_.store, staged = write.snapshot, options = c_.write_options(state.step)] {
+      return store.write_shard(*staged->finish(), options);
+    };
     write.files = std::async(c_.async ? std::launch::async : std::launch::deferred, job);
     write_ = std::move(write);
     if (!c_.async) finish(/*block=*/true);
@@ -106,7 +141,8 @@ class ShardedWrites : public CheckpointWrites {
 
  private:
   struct Write {
-    std::shared_ptr<TrainingSnapshot> snapshot;
+    std::shared_ptr<StagedSnapshot> snapshot;  // finished by the job
+    int64_t step = 0;
     std::future<std::vector<FileRecord>> files;
   };
 
@@ -143,8 +179,8 @@ class ShardedWrites : public CheckpointWrites {
         }
       }
     }
-    const std::shared_ptr<TrainingSnapshot> snapshot = write.snapshot;
-    const int64_t step = snapshot->state.step;
+    const std::shared_ptr<StagedSnapshot> staged = write.snapshot;  // finished by the job when it succeeded
+    const int64_t step = write.step;
     if (error.empty()) {  // before rank 0 renames the folder
       const auto folder = c_.store->root() / (detail::checkpoint_folder_name(step) + ".tmp");
       for (const auto& d : c_.destinations) d->shard_written(step, folder, files);
@@ -171,7 +207,7 @@ class ShardedWrites : public CheckpointWrites {
                            (static_cast<uint64_t>(table[at + 1]) << 32) | static_cast<uint64_t>(table[at + 2])});
       }
     }
-    const CheckpointInfo info = c_.store->finish_sharded(*snapshot, records, c_.write_options(step));
+    const CheckpointInfo info = c_.store->finish_sharded(*staged->finish(), records, c_.write_options(step));
     for (const auto& d : c_.destinations) d->shards_published(step, &info);
     apply_retention(c_);
     log::info(c10::str("checkpoint written: ", info.dir.string(), " (", world, " shards)"));

@@ -29,6 +29,9 @@ class CheckpointWrites {
   virtual ~CheckpointWrites() = default;
   /// Starts the checkpoint of `state`, after the previous one is done. Every rank calls it.
   virtual void save(const TrainerState& state) = 0;
+  /// Whether the writer refuses non-finite weights itself, on its host copy (off the training
+  /// thread); otherwise the caller checks them before save, a collective.
+  virtual bool checks_weights() const { return false; }
   /// Rethrows the error of a background write that has ended; never waits, no collective.
   virtual void surface_errors() = 0;
   /// At a step boundary: publishes a write that every rank has finished. Every rank calls it.

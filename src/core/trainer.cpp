@@ -150,6 +150,7 @@ std::vector<torch::Tensor> Trainer::held_gradients() const { return held_gradien
 
 FitResult Trainer::fit() {
   const auto fit_start = std::chrono::steady_clock::now();
+  const double copy_waits_before = copy_fence_->waited_seconds();
   detail::LogFileScope train_log;
   const detail::CpuMemoryCacheScope cpu_memory_cache(options_.cpu_memory_cache());
   if (!options_.run_dir().empty()) {
@@ -186,6 +187,11 @@ FitResult Trainer::fit() {
   struct ClearFailureContext {
     ~ClearFailureContext() { set_failure_context({}); }
   } clear_failure_context;
+  // Leaving, also by an error: no staged snapshot reads the weights once the caller has them back.
+  struct AwaitStagedCopies {
+    SnapshotCopyFence& fence;
+    ~AwaitStagedCopies() { fence.wait(); }
+  } await_staged_copies{*copy_fence_};
   // A run resumed from a checkpoint taken at max_steps (its final one) has nothing left to train.
   stop_at_max_steps(options_, state_);
   try {
@@ -205,11 +211,14 @@ FitResult Trainer::fit() {
   result.state = state_;
   result.train_loss = loss_window_->last().loss;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start).count();
+  result.staged_copy_wait_seconds = copy_fence_->waited_seconds() - copy_waits_before;
   // Of the whole job: every rank reads an equal share.
   result.samples_per_second = static_cast<double>((state_.samples_seen - samples_at_start) * world_size()) /
                               std::max(1e-9, result.seconds);
   log::info(c10::str("fit done: ", state_.step, " steps (", state_.skipped_steps, " skipped), ", state_.epoch,
-                     " epochs, ", result.seconds, " s", state_.stop_reason ? ", stopped: " + *state_.stop_reason : ""));
+                     " epochs, ", result.seconds, " s",
+                     result.staged_copy_wait_seconds > 0 ? c10::str(" (", result.staged_copy_wait_seconds, " s of it waiting for checkpoint copies)") : "",
+                     state_.stop_reason ? ", stopped: " + *state_.stop_reason : ""));
   return result;
 }
 
@@ -247,6 +256,9 @@ void Trainer::train_micro_step(const Batch& batch, bool last_in_epoch, bool firs
   // 2-4. Forward and loss, loss transforms, backward; the step's loss summed.
   forward_backward(ctx, batch);
   if (ctx.boundary()) {
+    // A checkpoint's staged snapshot of the last step copies beside this step's forward and
+    // backward; from here on the weights and the optimizer's state change.
+    copy_fence_->wait();
     // 5. Gradient reduction across replicas (timed: the communication share of the step).
     const auto reduce_start = std::chrono::steady_clock::now();
     for (auto& p : policies_) p->reduce_gradients(ctx);

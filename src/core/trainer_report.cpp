@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "base/finite_weights.hpp"
 #include "core/detail/loss_window.hpp"
 #include "core/detail/nonfinite_watch.hpp"
 #include "core/detail/step_line.hpp"
@@ -43,18 +44,9 @@ void Trainer::check_finite(const std::string& at, bool weights) const {
   const std::optional<detail::NonFiniteWatch::Finding> loss = nonfinite_->first();
   std::string weight;  // the first non-finite parameter's name
   if (weights && !loss) {
-    const auto named = model_.module().named_parameters();
-    std::vector<torch::Tensor> finite;
-    finite.reserve(named.size());
-    for (const auto& p : named) finite.push_back(p.value().isfinite().all());
-    if (!finite.empty() && !torch::stack(finite).all().item<bool>()) {
-      for (size_t i = 0; i < finite.size(); ++i) {
-        if (!finite[i].item<bool>()) {
-          weight = named[i].key();
-          break;
-        }
-      }
-    }
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    for (const auto& p : model_.module().named_parameters()) named.emplace_back(p.key(), p.value());
+    weight = detail::first_nonfinite(named).value_or("");
   }
   const bool here = loss.has_value() || !weight.empty();
   if (!communicator_->any(here)) return;
@@ -62,8 +54,7 @@ void Trainer::check_finite(const std::string& at, bool weights) const {
                      : here   ? c10::str("non-finite weights at step ", state_.step, " (parameter ", weight, ")")
                               : c10::str("another rank saw a non-finite loss or weights by step ", state_.step, " (see its log)");
   throw NonFiniteError(c10::str(what, "; the run stops at ", at, "; ", last_checkpoint_text(),
-                                ". Lower the learning rate, check the data, or use bf16/fp16 loss scaling; "
-                                "trainer.stop_on_nonfinite_loss=false trains on regardless"));
+                                detail::kNonFiniteAdvice));
 }
 
 void Trainer::record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const {

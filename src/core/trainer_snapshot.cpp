@@ -92,39 +92,46 @@ void TrainingSnapshot::write_optimizer(const std::function<size_t(const void*, s
   }
 }
 
-TrainingSnapshot Trainer::snapshot() const {
-  TrainingSnapshot s;
+TrainingSnapshot Trainer::snapshot() const { return std::move(*staged_snapshot()->finish()); }
+
+std::shared_ptr<StagedSnapshot> Trainer::staged_snapshot() const {
+  auto s = std::make_shared<TrainingSnapshot>();
+  std::vector<torch::Tensor*> deferred;  // the large tensors, aliased now and copied by finish()
   torch::NoGradGuard no_grad;
   if (shards_) {  // this rank's pieces of the trained weights; the rest below
-    s.sharding = shards_->info();
-    s.shard_weights = shards_->host_weight_pieces();
-    s.rank = rank();
+    s->sharding = shards_->info();
+    s->shard_weights = shards_->weight_pieces();
+    for (auto& piece : s->shard_weights) deferred.push_back(&piece);
+    s->rank = rank();
   }
   for (const auto& p : model_.module().named_parameters()) {
-    if (s.sharding && s.sharding->shapes.count(p.key())) continue;
-    s.tensors["model/" + p.key()] = detail::host_copy(p.value());
+    if (s->sharding && s->sharding->shapes.count(p.key())) continue;
+    torch::Tensor& slot = s->tensors["model/" + p.key()];
+    slot = p.value().detach();
+    deferred.push_back(&slot);
   }
-  for (const auto& b : model_.module().named_buffers()) s.tensors["model/" + b.key()] = detail::host_copy(b.value());
+  // Copied now: buffers change in the forward pass (batch norm's running statistics), the rest is small.
+  for (const auto& b : model_.module().named_buffers()) s->tensors["model/" + b.key()] = detail::host_copy(b.value());
   for (const auto& p : policies_) {
     StateDict state;
     p->save_state(state);
-    for (auto& [key, value] : state) s.tensors["policy/" + p->name() + "/" + key] = detail::host_copy(value);
+    for (auto& [key, value] : state) s->tensors["policy/" + p->name() + "/" + key] = detail::host_copy(value);
   }
   for (auto& [name, gen] : generators()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
-    s.tensors[name] = gen.get_state();
+    s->tensors[name] = gen.get_state();
   }
   // The policies' standing decisions, only when taken (a checkpoint without them has none).
-  if (standing_.lr_factor != 1.0) s.tensors["trainer/lr_factor"] = torch::tensor(standing_.lr_factor, torch::kDouble);
-  if (standing_.precision) s.tensors["trainer/precision"] = torch::tensor(static_cast<int64_t>(*standing_.precision));
-  // A deep copy of the optimizer's state (memcpy speed) when its type is known, serialized later
-  // by the writer; otherwise serialized now. Either way safe from the next in-place update.
-  s.optimizer_copy = detail::host_copy_of_optimizer(*optimizer_);
-  if (!s.optimizer_copy) s.optimizer = serialize_optimizer(*optimizer_);
-  s.state = state_;
-  s.data = train_loader_.position();
-  s.world_size = train_loader_.options().num_replicas();
-  return s;
+  if (standing_.lr_factor != 1.0) s->tensors["trainer/lr_factor"] = torch::tensor(standing_.lr_factor, torch::kDouble);
+  if (standing_.precision) s->tensors["trainer/precision"] = torch::tensor(static_cast<int64_t>(*standing_.precision));
+  // The optimizer's groups and options now, its state tensors with the weights, when its type is
+  // known (serialized later by the writer); otherwise serialized now.
+  s->optimizer_copy = detail::host_copy_of_optimizer(*optimizer_, &deferred);
+  if (!s->optimizer_copy) s->optimizer = serialize_optimizer(*optimizer_);
+  s->state = state_;
+  s->data = train_loader_.position();
+  s->world_size = train_loader_.options().num_replicas();
+  return std::make_shared<StagedSnapshot>(std::move(s), std::move(deferred), copy_fence_);
 }
 
 void Trainer::restore_weights_and_optimizer(const TrainingSnapshot& s) {
@@ -149,6 +156,7 @@ void Trainer::restore_weights_and_optimizer(const TrainingSnapshot& s) {
 }
 
 void Trainer::restore(const TrainingSnapshot& s) {
+  copy_fence_->wait();  // a staged snapshot may still be reading the weights
   torch::NoGradGuard no_grad;
   const ShardingInfo* sharding = sharding_of(s);
   auto load_into = [&](const std::string& name, torch::Tensor& target) {

@@ -212,11 +212,11 @@ void OptimizerShards::gather_parameters(Communicator& communicator) {
 
 std::shared_ptr<const ShardingInfo> OptimizerShards::info() const { return impl_->info; }
 
-std::vector<torch::Tensor> OptimizerShards::host_weight_pieces() const {
+std::vector<torch::Tensor> OptimizerShards::weight_pieces() const {
   std::vector<torch::Tensor> out;
   torch::NoGradGuard no_grad;
   for (const auto& piece : impl_->pieces) {
-    out.push_back(detail::host_copy(flat_range(impl_->trained[piece.where.param], piece.where.begin, piece.where.numel)));
+    out.push_back(flat_range(impl_->trained[piece.where.param], piece.where.begin, piece.where.numel));
   }
   return out;
 }

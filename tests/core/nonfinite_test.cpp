@@ -91,6 +91,53 @@ TEST_CASE("weights that are not finite are never checkpointed, even when the los
   CHECK_FALSE(fs::exists(dir / "checkpoints" / "ckpt-000000001"));
 }
 
+TEST_CASE("an async checkpoint's writer refuses non-finite weights on its own copy: nothing is written, the run stops",
+          "[core][nonfinite][checkpoint]") {
+  Seeded seeded;
+  const fs::path dir = scratch_dir("nonfinite_weights_async");
+  TinyNet net;
+  Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(std::numeric_limits<double>::infinity()), blobs(64), options(dir),
+                  unshuffled());
+  add_checkpointing(trainer, std::make_shared<CheckpointPolicy>(CheckpointOptions().every_n_steps(1).async(true)));
+  const std::string error = error_of(trainer);
+  INFO(error);
+  // The writer's refusal of step 1, or the loss check of step 2's save: whichever comes first.
+  CHECK_THAT(error, Catch::Contains("non-finite weights at step 1 (parameter fc1.weight)") ||
+                        Catch::Contains("a non-finite training loss (nan) at step 2"));
+  CHECK_THAT(error, Catch::Contains(", not written; no checkpoint was written before it"));
+  CHECK(trainer.state().step <= 2);  // stopped at a hook soon after, not at the end of the fit
+  if (fs::exists(dir / "checkpoints")) {
+    for (const auto& entry : fs::directory_iterator(dir / "checkpoints")) {
+      CHECK(entry.path().filename().string().rfind("ckpt-", 0) != 0);  // no checkpoint at all
+    }
+  }
+}
+
+TEST_CASE("the weights check: large finite weights whose sum overflows pass, one inf, -inf or NaN anywhere is named",
+          "[core][nonfinite]") {
+  Seeded seeded;
+  TinyNet net;
+  Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(), blobs(64), options(), unshuffled());
+  torch::NoGradGuard no_grad;
+  net->fc2->weight.fill_(3e38f);  // finite, but its sum is not
+  net->fc1->bias.fill_(-3e38f);
+  CHECK_NOTHROW(trainer.check_finite("the test", /*weights=*/true));
+  for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    INFO(bad);
+    net->fc1->weight.view(-1)[5] = bad;
+    try {
+      trainer.check_finite("the test", /*weights=*/true);
+      FAIL("no error");
+    } catch (const NonFiniteError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("non-finite weights at step 0 (parameter fc1.weight)"));
+    }
+    net->fc1->weight.view(-1)[5] = 0.0f;
+  }
+  net->fc2->weight.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();  // beside the overflowing sum
+  CHECK_THROWS_WITH(trainer.check_finite("the test", /*weights=*/true), Catch::Contains("(parameter fc2.weight)"));
+}
+
 TEST_CASE("with stop_on_nonfinite_loss off the run trains on through the NaN", "[core][nonfinite]") {
   Seeded seeded;
   TinyNet net;

@@ -2,9 +2,10 @@
 // Checkpointing as a policy: saves on a cadence (every N optimizer steps, every T minutes, every
 // epoch) and when the job is pre-empted (SIGTERM/SIGUSR1), keeps the last N plus the best K by a
 // validation metric, moves stale ones to a cold directory, and resumes a run from the newest
-// valid checkpoint. Saves are asynchronous: the state is copied to host memory on the training
-// thread and written by a background thread; a new save waits for the previous one, and a failed
-// write surfaces as a CheckpointError at the next hook.
+// valid checkpoint. Saves are asynchronous: the snapshot is staged (frugal/base/staged_snapshot.hpp),
+// and a background thread copies the weights and the optimizer's state to host memory, beside the
+// next step's forward and backward, then writes; a new save waits for the previous one, and a
+// failed write surfaces as a CheckpointError at the next hook.
 //
 // With a sharded optimizer every rank writes its own shard (checkpoint_store.hpp) on its own
 // background thread; at each later optimizer step the ranks ask one another whether all shards

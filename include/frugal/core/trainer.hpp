@@ -45,6 +45,9 @@ struct FitResult {
   double train_loss = 0.0;       // mean loss over the last logging window
   double seconds = 0.0;          // wall time of the fit
   double samples_per_second = 0.0;  // of all ranks together
+  /// How long steps waited for checkpoints' staged snapshots to finish copying the weights (an
+  /// async save's stall beyond staging; 0 when each copy ends within the next forward/backward).
+  double staged_copy_wait_seconds = 0.0;
 };
 
 /// What data parallelism hands the Trainer (add_data_parallel does it for DataParallelPolicy).
@@ -89,6 +92,7 @@ class Trainer : public TrainingRun {
   Metrics validate();
 
   TrainingSnapshot snapshot() const override;
+  std::shared_ptr<StagedSnapshot> staged_snapshot() const override;
   /// Continues from `snapshot`: weights, optimizer, counters, data position, policies, RNG.
   /// Throws TrainingError naming what does not fit (a parameter's shape, the world size).
   void restore(const TrainingSnapshot& snapshot);
@@ -176,6 +180,9 @@ class Trainer : public TrainingRun {
   std::unique_ptr<detail::OomSafetyNet> oom_net_;  // armed by StepContext::retry_window_on_out_of_memory
   std::unique_ptr<detail::NonFiniteWatch> nonfinite_;  // options_.stop_on_nonfinite_loss
   std::unique_ptr<detail::StepLine> step_line_;  // the log line, figures said when they change
+  // Staged snapshots still reading the weights: waited for before the weights or the optimizer's
+  // state change (the next step's gradient reduction, a restore, leaving fit).
+  std::shared_ptr<SnapshotCopyFence> copy_fence_ = std::make_shared<SnapshotCopyFence>();
   StepContext::Standing standing_;  // policies' standing decisions (learning-rate factor, precision)
   double applied_lr_factor_ = 1.0;  // standing_.lr_factor as last applied
   std::optional<StepContext::MicroBatchChange> micro_batch_change_;  // told to the next step

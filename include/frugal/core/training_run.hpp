@@ -17,6 +17,7 @@
 #include "frugal/base/communicator.hpp"
 #include "frugal/base/data_position.hpp"
 #include "frugal/base/snapshot.hpp"
+#include "frugal/base/staged_snapshot.hpp"
 #include "frugal/base/trainer_state.hpp"
 #include "frugal/core/model.hpp"
 #include "frugal/core/trainer_options.hpp"
@@ -66,6 +67,10 @@ class TrainingRun {
 
   /// A host-memory copy of everything needed to continue exactly (see TrainingSnapshot).
   virtual TrainingSnapshot snapshot() const = 0;
+  /// The same, with the weights and the optimizer's state copied later by whoever calls
+  /// finish() (a checkpoint's writer thread); the run waits for that copy before it changes them
+  /// (see StagedSnapshot).
+  virtual std::shared_ptr<StagedSnapshot> staged_snapshot() const = 0;
   /// Writes a metrics record (metrics.jsonl and TensorBoard) on rank 0; a no-op elsewhere and
   /// without a run directory. For policies' events: budget alerts, profiles, epoch costs.
   virtual void record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const = 0;

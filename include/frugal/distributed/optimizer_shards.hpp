@@ -63,8 +63,9 @@ class OptimizerShards {
 
   /// The layout of every rank, for a checkpoint.
   std::shared_ptr<const ShardingInfo> info() const;
-  /// This rank's pieces of the weights, copied to host memory.
-  std::vector<torch::Tensor> host_weight_pieces() const;
+  /// This rank's pieces of the weights: views of the trained weights (copy them before the next
+  /// step changes those).
+  std::vector<torch::Tensor> weight_pieces() const;
 
   /// Puts a checkpoint's trained weights and optimizer state into this rank's pieces, whatever
   /// layout wrote it: `sharded` (any world size; reads only the shards that overlap this rank's

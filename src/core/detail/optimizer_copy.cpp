@@ -35,30 +35,43 @@ std::unique_ptr<torch::optim::Optimizer> copy_as(torch::optim::Optimizer& source
   return copy;
 }
 
+// A host copy of `from` into `to`; with `deferred`, an alias of it whose place is listed there
+// for a later copy (a staged snapshot).
+void copy_tensor(const torch::Tensor& from, torch::Tensor& to, std::vector<torch::Tensor*>* deferred) {
+  if (deferred == nullptr || !from.defined()) {
+    to = host_copy(from);
+    return;
+  }
+  to = from.detach();
+  deferred->push_back(&to);
+}
+
 template <class State>
-void copy_adam_state(const State& from, State& to) {
+void copy_adam_state(const State& from, State& to, std::vector<torch::Tensor*>* deferred) {
   to.step(from.step());
-  to.exp_avg(host_copy(from.exp_avg()));
-  to.exp_avg_sq(host_copy(from.exp_avg_sq()));
-  to.max_exp_avg_sq(host_copy(from.max_exp_avg_sq()));
+  copy_tensor(from.exp_avg(), to.exp_avg(), deferred);
+  copy_tensor(from.exp_avg_sq(), to.exp_avg_sq(), deferred);
+  copy_tensor(from.max_exp_avg_sq(), to.max_exp_avg_sq(), deferred);
 }
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> host_copy_of_optimizer(torch::optim::Optimizer& optimizer) {
+std::unique_ptr<torch::optim::Optimizer> host_copy_of_optimizer(torch::optim::Optimizer& optimizer, std::vector<torch::Tensor*>* deferred) {
   using namespace torch::optim;
   // 8-bit states are not the base class's: such an optimizer is serialized instead.
   if (has_8bit_states(optimizer)) return nullptr;
   if (dynamic_cast<SGD*>(&optimizer)) {
-    return copy_as<SGD, SGDOptions, SGDParamState>(optimizer, [](const SGDParamState& from, SGDParamState& to) {
-      to.momentum_buffer(host_copy(from.momentum_buffer()));
+    return copy_as<SGD, SGDOptions, SGDParamState>(optimizer, [deferred](const SGDParamState& from, SGDParamState& to) {
+      copy_tensor(from.momentum_buffer(), to.momentum_buffer(), deferred);
     });
   }
   if (dynamic_cast<AdamW*>(&optimizer)) {
-    return copy_as<AdamW, AdamWOptions, AdamWParamState>(optimizer, copy_adam_state<AdamWParamState>);
+    return copy_as<AdamW, AdamWOptions, AdamWParamState>(
+        optimizer, [deferred](const AdamWParamState& from, AdamWParamState& to) { copy_adam_state(from, to, deferred); });
   }
   if (dynamic_cast<Adam*>(&optimizer)) {
-    return copy_as<Adam, AdamOptions, AdamParamState>(optimizer, copy_adam_state<AdamParamState>);
+    return copy_as<Adam, AdamOptions, AdamParamState>(
+        optimizer, [deferred](const AdamParamState& from, AdamParamState& to) { copy_adam_state(from, to, deferred); });
   }
   return nullptr;
 }
