@@ -25,4 +25,9 @@ std::optional<std::string> first_nonfinite(const std::vector<std::pair<std::stri
   return std::nullopt;  // overflowing sums of finite weights
 }
 
+std::string nonfinite_stop_message(const std::string& what, const std::string& at, const std::string& last_checkpoint) {
+  return what + "; the run stops at " + at + "; " + last_checkpoint +
+         ". Lower the learning rate, check the data, or use bf16/fp16 loss scaling; trainer.stop_on_nonfinite_loss=false trains on regardless";
+}
+
 }  // namespace frugal::detail

@@ -16,8 +16,8 @@ namespace frugal::detail {
 /// The name of the first tensor of `named` holding an inf or a NaN; nullopt when all are finite.
 std::optional<std::string> first_nonfinite(const std::vector<std::pair<std::string, torch::Tensor>>& named);
 
-/// What an error about non-finite weights or losses advises.
-constexpr const char* kNonFiniteAdvice =
-    ". Lower the learning rate, check the data, or use bf16/fp16 loss scaling; trainer.stop_on_nonfinite_loss=false trains on regardless";
+/// The message of a run stopped by `what` (a non-finite loss or weights) at `at`, naming the last
+/// good checkpoint and what to try.
+std::string nonfinite_stop_message(const std::string& what, const std::string& at, const std::string& last_checkpoint);
 
 }  // namespace frugal::detail

@@ -34,8 +34,8 @@ void refuse_nonfinite(const TrainingRun& run, const TrainingSnapshot& snapshot, 
   const auto bad = detail::first_nonfinite(named);
   if (!bad) return;
   const int64_t step = snapshot.state.step;
-  throw NonFiniteError(c10::str("non-finite weights at step ", step, " (parameter ", *bad, "); the run stops at the checkpoint of step ",
-                                step, ", not written; ", run.last_checkpoint_text(), detail::kNonFiniteAdvice));
+  throw NonFiniteError(detail::nonfinite_stop_message(c10::str("non-finite weights at step ", step, " (parameter ", *bad, ")"),
+                                                     c10::str("the checkpoint of step ", step, ", not written"), run.last_checkpoint_text()));
 }
 
 class UnshardedWrites : public CheckpointWrites {

@@ -53,8 +53,7 @@ void Trainer::check_finite(const std::string& at, bool weights) const {
   std::string what = loss     ? c10::str("a non-finite training loss (", std::isnan(loss->loss) ? "nan" : loss->loss > 0 ? "inf" : "-inf", ") at step ", loss->step)
                      : here   ? c10::str("non-finite weights at step ", state_.step, " (parameter ", weight, ")")
                               : c10::str("another rank saw a non-finite loss or weights by step ", state_.step, " (see its log)");
-  throw NonFiniteError(c10::str(what, "; the run stops at ", at, "; ", last_checkpoint_text(),
-                                detail::kNonFiniteAdvice));
+  throw NonFiniteError(detail::nonfinite_stop_message(what, at, last_checkpoint_text()));
 }
 
 void Trainer::record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const {

@@ -126,7 +126,7 @@ std::shared_ptr<StagedSnapshot> Trainer::staged_snapshot() const {
   if (standing_.precision) s->tensors["trainer/precision"] = torch::tensor(static_cast<int64_t>(*standing_.precision));
   // The optimizer's groups and options now, its state tensors with the weights, when its type is
   // known (serialized later by the writer); otherwise serialized now.
-  s->optimizer_copy = detail::host_copy_of_optimizer(*optimizer_, &deferred);
+  s->optimizer_copy = detail::staged_copy_of_optimizer(*optimizer_, deferred);
   if (!s->optimizer_copy) s->optimizer = serialize_optimizer(*optimizer_);
   s->state = state_;
   s->data = train_loader_.position();

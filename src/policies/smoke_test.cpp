@@ -8,6 +8,7 @@
 #include <map>
 
 #include "detail/op_trail.hpp"
+#include "base/finite_weights.hpp"
 #include "base/resident_memory.hpp"
 #include "frugal/core/probe_step.hpp"
 #include "frugal/core/training_run.hpp"
@@ -95,11 +96,9 @@ void explain_failure(const std::vector<detail::OpRecord>& trail, torch::nn::Modu
 
 // The first parameter whose value (or gradient, with `grads`) holds a NaN or an infinity, or "".
 std::string first_nonfinite_parameter(torch::nn::Module& module, bool grads) {
-  for (const auto& p : module.named_parameters()) {
-    const torch::Tensor& t = grads ? p.value().grad() : p.value();
-    if (t.defined() && !t.isfinite().all().item<bool>()) return p.key();
-  }
-  return "";
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& p : module.named_parameters()) named.emplace_back(p.key(), grads ? p.value().grad() : p.value());
+  return detail::first_nonfinite(named).value_or("");
 }
 
 // Names a non-finite value the batch produced, as the module that holds it.

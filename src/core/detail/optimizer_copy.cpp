@@ -2,7 +2,6 @@
 
 #include <map>
 
-#include "base/host_memory.hpp"
 #include "frugal/optim/state_quantization.hpp"
 
 namespace frugal::detail {
@@ -35,43 +34,39 @@ std::unique_ptr<torch::optim::Optimizer> copy_as(torch::optim::Optimizer& source
   return copy;
 }
 
-// A host copy of `from` into `to`; with `deferred`, an alias of it whose place is listed there
-// for a later copy (a staged snapshot).
-void copy_tensor(const torch::Tensor& from, torch::Tensor& to, std::vector<torch::Tensor*>* deferred) {
-  if (deferred == nullptr || !from.defined()) {
-    to = host_copy(from);
-    return;
-  }
+// An alias of `from` in `to`, whose place is listed in `deferred` for the staged copy.
+void alias_tensor(const torch::Tensor& from, torch::Tensor& to, std::vector<torch::Tensor*>& deferred) {
+  if (!from.defined()) return;
   to = from.detach();
-  deferred->push_back(&to);
+  deferred.push_back(&to);
 }
 
 template <class State>
-void copy_adam_state(const State& from, State& to, std::vector<torch::Tensor*>* deferred) {
+void copy_adam_state(const State& from, State& to, std::vector<torch::Tensor*>& deferred) {
   to.step(from.step());
-  copy_tensor(from.exp_avg(), to.exp_avg(), deferred);
-  copy_tensor(from.exp_avg_sq(), to.exp_avg_sq(), deferred);
-  copy_tensor(from.max_exp_avg_sq(), to.max_exp_avg_sq(), deferred);
+  alias_tensor(from.exp_avg(), to.exp_avg(), deferred);
+  alias_tensor(from.exp_avg_sq(), to.exp_avg_sq(), deferred);
+  alias_tensor(from.max_exp_avg_sq(), to.max_exp_avg_sq(), deferred);
 }
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> host_copy_of_optimizer(torch::optim::Optimizer& optimizer, std::vector<torch::Tensor*>* deferred) {
+std::unique_ptr<torch::optim::Optimizer> staged_copy_of_optimizer(torch::optim::Optimizer& optimizer, std::vector<torch::Tensor*>& deferred) {
   using namespace torch::optim;
   // 8-bit states are not the base class's: such an optimizer is serialized instead.
   if (has_8bit_states(optimizer)) return nullptr;
   if (dynamic_cast<SGD*>(&optimizer)) {
-    return copy_as<SGD, SGDOptions, SGDParamState>(optimizer, [deferred](const SGDParamState& from, SGDParamState& to) {
-      copy_tensor(from.momentum_buffer(), to.momentum_buffer(), deferred);
+    return copy_as<SGD, SGDOptions, SGDParamState>(optimizer, [&deferred](const SGDParamState& from, SGDParamState& to) {
+      alias_tensor(from.momentum_buffer(), to.momentum_buffer(), deferred);
     });
   }
   if (dynamic_cast<AdamW*>(&optimizer)) {
     return copy_as<AdamW, AdamWOptions, AdamWParamState>(
-        optimizer, [deferred](const AdamWParamState& from, AdamWParamState& to) { copy_adam_state(from, to, deferred); });
+        optimizer, [&deferred](const AdamWParamState& from, AdamWParamState& to) { copy_adam_state(from, to, deferred); });
   }
   if (dynamic_cast<Adam*>(&optimizer)) {
     return copy_as<Adam, AdamOptions, AdamParamState>(
-        optimizer, [deferred](const AdamParamState& from, AdamParamState& to) { copy_adam_state(from, to, deferred); });
+        optimizer, [&deferred](const AdamParamState& from, AdamParamState& to) { copy_adam_state(from, to, deferred); });
   }
   return nullptr;
 }
