@@ -13,11 +13,9 @@
 #include "base/durable_io.hpp"
 #include "checkpoint/checkpoint_writes.hpp"
 #include "checkpoint/rank_votes.hpp"
-#include "frugal/base/communicator.hpp"
 #include "frugal/base/preemption.hpp"
 #include "frugal/checkpoint/local_destination.hpp"
 #include "frugal/core/trainer.hpp"
-#include "frugal/distributed/optimizer_shards.hpp"
 #include "frugal/log.hpp"
 
 namespace frugal {
@@ -26,7 +24,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kPreemptedMarker = "PREEMPTED";
 
-using detail::any_rank;
 
 void CheckpointOptions::validate() const {
   if (every_n_steps() < 0) throw OptionError("every_n_steps", c10::str("every_n_steps must be >= 0, got ", every_n_steps()));
@@ -73,9 +70,9 @@ std::function<bool(const std::string&)> files_read_by(const CheckpointStore& sto
                                                       const TrainingRun& run) {
   const auto theirs = store.sharding_of(info);
   if (!theirs) return nullptr;
-  const auto& shards = run.optimizer_shards();
+  const auto mine = run.optimizer_sharding();
   std::set<std::string> needed;
-  for (const int64_t q : overlapping_shards(*theirs, shards ? &shards->info()->pieces.at(static_cast<size_t>(run.rank())) : nullptr)) {
+  for (const int64_t q : overlapping_shards(*theirs, mine ? &mine->pieces.at(static_cast<size_t>(run.rank())) : nullptr)) {
     for (const char* kind : {"weights", "optimizer"}) needed.insert(CheckpointStore::shard_file(q, theirs->world_size, kind));
   }
   return [needed](const std::string& name) { return name.rfind("shard-", 0) != 0 || needed.count(name) > 0; };
@@ -122,7 +119,7 @@ std::shared_ptr<const TrainingSnapshot> CheckpointPolicy::resume_from(const Trai
     } catch (const std::exception& e) {
       reason = message_of(e);  // a file that verifies but does not load is as damaged
     }
-    const bool failed_somewhere = any_rank(run, !reason.empty());
+    const bool failed_somewhere = run.any_rank(!reason.empty());
     if (failed_somewhere) {
       skipped(candidate, reason.empty() ? std::string("a file another rank reads failed its check (see that rank's log)") : reason,
               /*damaged=*/!reason.empty() && run.rank() == 0);
@@ -185,7 +182,7 @@ void CheckpointPolicy::on_fit_begin(const TrainingRun& run) {
     fs::remove(fs::path(run.options().run_dir()) / kPreemptedMarker, ignored);
   }
   WriteContext context{&run, &store_, destinations_, options_.async(), [this](int64_t step) { return write_options(step); }};
-  writes_ = run.optimizer_shards() ? sharded_writes(std::move(context)) : unsharded_writes(std::move(context));
+  writes_ = run.optimizer_sharding() ? sharded_writes(std::move(context)) : unsharded_writes(std::move(context));
   last_save_time_ = std::chrono::steady_clock::now();
 }
 
@@ -223,7 +220,7 @@ void CheckpointPolicy::on_step_end(StepContext& ctx) {
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_time_).count() / 60.0;
   bool by_time = options_.every_n_minutes() > 0 && minutes >= options_.every_n_minutes();
   // Clocks differ between ranks: rank 0's decides, so that every rank keeps the same cadence.
-  if (options_.every_n_minutes() > 0 && run_->world_size() > 1) by_time = any_rank(*run_, by_time && run_->rank() == 0);
+  if (options_.every_n_minutes() > 0 && run_->world_size() > 1) by_time = run_->any_rank(by_time && run_->rank() == 0);
   if (by_steps || by_time) save(s);
 }
 
@@ -249,7 +246,7 @@ std::optional<std::string> CheckpointPolicy::should_stop(const TrainerState& sta
   if (!options_.on_signal() || run_ == nullptr) return std::nullopt;
   const int signal = preemption::requested();
   // A signal may reach the ranks at different steps: when any rank has one, all save and stop.
-  const bool any_signal = any_rank(*run_, signal != 0);
+  const bool any_signal = run_->any_rank(signal != 0);
   if (!any_signal) return std::nullopt;
   const auto notice = std::chrono::steady_clock::now();
   save(state);

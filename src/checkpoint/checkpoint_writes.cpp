@@ -8,7 +8,6 @@
 #include "base/checkpoint_names.hpp"
 #include "base/finite_weights.hpp"
 #include "checkpoint/rank_votes.hpp"
-#include "frugal/base/communicator.hpp"
 #include "frugal/base/trainer_state.hpp"
 #include "frugal/core/training_run.hpp"
 #include "frugal/errors.hpp"
@@ -17,7 +16,6 @@
 namespace frugal {
 namespace {
 
-using detail::any_rank;
 using detail::max_across_ranks;
 
 void apply_retention(const WriteContext& c) {
@@ -154,7 +152,7 @@ class ShardedWrites : public CheckpointWrites {
     const TrainingRun& run = *c_.run;
     if (!block) {
       const bool mine = write.files.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-      if (any_rank(run, !mine)) return;  // some rank is still writing
+      if (run.any_rank(!mine)) return;  // some rank is still writing
     }
     std::vector<FileRecord> files;
     std::string error;

@@ -14,7 +14,6 @@
 namespace frugal {
 
 namespace fs = std::filesystem;
-using detail::any_rank;
 using detail::max_across_ranks;
 
 RemoteDestination::RemoteDestination(RemoteOptions options, RetentionRule retention)
@@ -33,7 +32,7 @@ void RemoteDestination::open(const TrainingRun& run, const CheckpointStore& loca
   close();
   run_ = &run;
   local_ = &local;
-  sharded_ = run.optimizer_shards() != nullptr;
+  sharded_ = run.optimizer_sharding() != nullptr;
   newest_at_start_ = -1;
   last_submitted_ = -1;
   sharded_step_.reset();
@@ -171,11 +170,11 @@ std::string RemoteDestination::advance_sharded_commit(bool block, Clock::time_po
   } else {
     const auto progress = uploader_->upload_progress(step);
     // Some rank still uploading: ask again at the next step.
-    if (run_->communicator().any(progress == CheckpointUploader::Progress::pending)) return "";
+    if (run_->any_rank(progress == CheckpointUploader::Progress::pending)) return "";
     if (progress == CheckpointUploader::Progress::failed) mine = "its upload failed or a newer checkpoint replaced it";
   }
   sharded_step_.reset();
-  if (run_->communicator().any(!mine.empty())) {
+  if (run_->any_rank(!mine.empty())) {
     const std::string why = mine.empty() ? "another rank could not upload its shard files (see its log)" : mine;
     log::warn(c10::str("the sharded checkpoint of step ", step, " is not committed remotely: ", why));
     return why;
@@ -202,7 +201,7 @@ std::string RemoteDestination::wait_committed(Clock::time_point since) {
     why = uploader_->wait_committed(step, deadline);
     if (why.empty()) commit_awaited_ = step;
   }
-  const bool failed = any_rank(*run_, !why.empty());
+  const bool failed = run_->any_rank(!why.empty());
   if (failed && why.empty()) why = "rank 0 could not commit it (see its log)";
   return why;
 }

@@ -14,6 +14,7 @@
 #include "core/detail/nonfinite_watch.hpp"
 #include "core/detail/oom_safety_net.hpp"
 #include "core/detail/step_line.hpp"
+#include "frugal/base/storage_bytes.hpp"
 #include "frugal/core/run_lock.hpp"
 #include "frugal/distributed/communicator.hpp"
 #include "frugal/distributed/optimizer_shards.hpp"
@@ -146,7 +147,29 @@ void Trainer::replicate(Replication replication) {
   held_gradients_ = replication.held_gradients ? std::move(replication.held_gradients) : [] { return std::vector<torch::Tensor>{}; };
 }
 
-std::vector<torch::Tensor> Trainer::held_gradients() const { return held_gradients_ ? held_gradients_() : std::vector<torch::Tensor>{}; }
+bool Trainer::any_rank(bool local) const { return world_size() > 1 ? communicator_->any(local) : local; }
+
+torch::Tensor Trainer::reduce_across_ranks(const torch::Tensor& values, ReduceOp op) const {
+  if (world_size() == 1) return values;
+  // On the training device (NCCL reduces only CUDA tensors), into a copy: the caller's stays.
+  std::vector<torch::Tensor> tensors{values.to(device_).contiguous().clone()};
+  communicator_->all_reduce(tensors, op);
+  return tensors[0];
+}
+
+std::shared_ptr<const ShardingInfo> Trainer::optimizer_sharding() const { return shards_ ? shards_->info() : nullptr; }
+
+int64_t Trainer::gradient_bytes() const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model_.module().parameters()) grads.push_back(p.grad());
+  for (const auto& group : optimizer_->param_groups()) {  // a sharded optimizer's pieces
+    for (const auto& p : group.params()) grads.push_back(p.grad());
+  }
+  if (held_gradients_) {
+    for (auto& held : held_gradients_()) grads.push_back(std::move(held));  // data-parallel buckets
+  }
+  return storage_bytes(grads);
+}
 
 FitResult Trainer::fit() {
   const auto fit_start = std::chrono::steady_clock::now();
@@ -371,7 +394,7 @@ void Trainer::maybe_stop() {
     auto why = p->should_stop(state_);
     if (why && !reason) reason = p->name() + ": " + *why;
   }
-  if (world_size() > 1 && communicator_->any(reason.has_value()) && !reason) reason = "another rank stopped the run";
+  if (any_rank(reason.has_value()) && !reason) reason = "another rank stopped the run";
   if (!reason) return;
   state_.stop_reason = std::move(reason);
   log::info("stopping: " + *state_.stop_reason);

@@ -138,10 +138,7 @@ std::string Trainer::describe_batch(const Batch& batch) const {
 
 std::vector<double> Trainer::sum_across_ranks(std::vector<double> values) const {
   if (world_size() == 1) return values;
-  // On the training device: NCCL reduces only CUDA tensors.
-  std::vector<torch::Tensor> tensors{torch::tensor(values, torch::kDouble).to(device_)};
-  communicator_->all_reduce(tensors);
-  const torch::Tensor host = tensors[0].cpu();
+  const torch::Tensor host = reduce_across_ranks(torch::tensor(values, torch::kDouble), ReduceOp::sum).cpu();
   std::copy_n(host.data_ptr<double>(), values.size(), values.begin());
   return values;
 }

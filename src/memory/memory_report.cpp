@@ -3,24 +3,11 @@
 #include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
-#include <unordered_set>
-
 #include "frugal/core/training_run.hpp"
 #include "frugal/log.hpp"
 #include "optim/quantized_param_state.hpp"
 
 namespace frugal {
-
-int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
-  std::unordered_set<const void*> seen;
-  int64_t bytes = 0;
-  for (const auto& t : tensors) {
-    if (!t.defined() || !t.has_storage()) continue;
-    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-    if (seen.insert(storage).second) bytes += static_cast<int64_t>(storage->nbytes());
-  }
-  return bytes;
-}
 
 void MemoryReportPolicy::on_fit_begin(const TrainingRun& run) { run_ = &run; }
 
@@ -31,15 +18,8 @@ bool MemoryReportPolicy::due(const TrainerState& state) const {
 void MemoryReportPolicy::before_optimizer_step(StepContext& ctx) {
   measuring_ = due(ctx.state());
   if (!measuring_) return;
-  std::vector<torch::Tensor> params, grads;
-  for (const auto& p : ctx.module().parameters()) {
-    params.push_back(p);
-    grads.push_back(p.grad());
-  }
-  for (const auto& p : ctx.parameters()) grads.push_back(p.grad());  // a sharded optimizer's pieces
-  for (auto& held : run_->held_gradients()) grads.push_back(std::move(held));  // data-parallel buckets
-  footprint_.parameter_bytes = storage_bytes(params);
-  footprint_.gradient_bytes = storage_bytes(grads);
+  footprint_.parameter_bytes = storage_bytes(ctx.module().parameters());
+  footprint_.gradient_bytes = run_->gradient_bytes();
 }
 
 void MemoryReportPolicy::on_after_optimizer_step(StepContext& ctx) {

@@ -40,7 +40,7 @@ int64_t DataParallelPolicy::bucket_count() const { return buckets_ ? buckets_->s
 
 void DataParallelPolicy::on_fit_begin(const TrainingRun& run) {
   // Added with add_policy alone, the Trainer would train on all the data as one process.
-  if (&run.communicator() != communicator_.get()) {
+  if (run.world_size() != communicator_->world_size() || run.rank() != communicator_->rank()) {
     throw OptionError("data_parallel", "DataParallelPolicy was added without handing the Trainer its ranks: "
                                        "add it with add_data_parallel(trainer, policy)");
   }

@@ -124,17 +124,13 @@ void RecoveryPolicy::before_optimizer_step(StepContext& ctx) {
   // The figures every rank judges alike: the loss averaged over the ranks, read once (the one
   // wait of the step); alone and without a norm, the loss sum itself.
   double loss = 0.0, grad_norm = 0.0;
-  Communicator& ranks = run_->communicator();
-  if (ranks.world_size() == 1 && !norm.defined()) {
+  const int64_t ranks = run_->world_size();
+  if (ranks == 1 && !norm.defined()) {
     loss = step_loss.item<double>() / micro_steps;  // the one wait of the step
   } else {
     torch::Tensor figures = torch::stack({step_loss / micro_steps,
                                           norm.defined() ? norm.to(step_loss.device()).to(torch::kFloat).reshape({}) : torch::zeros({}, step_loss.options())});
-    if (ranks.world_size() > 1) {
-      std::vector<torch::Tensor> values{figures};
-      ranks.all_reduce(values, ReduceOp::sum);
-      figures = values[0] / static_cast<double>(ranks.world_size());
-    }
+    if (ranks > 1) figures = run_->reduce_across_ranks(figures, ReduceOp::sum) / static_cast<double>(ranks);
     const torch::Tensor host = figures.to(torch::kDouble).cpu();
     loss = host.data_ptr<double>()[0];
     grad_norm = host.data_ptr<double>()[1];

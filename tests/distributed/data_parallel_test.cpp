@@ -134,6 +134,31 @@ TEST_CASE("replication hands the Trainer a communicator: it reads its rank's sha
                     Catch::Contains("num_replicas is 4 but the world has 2 ranks"));
 }
 
+TEST_CASE("the run answers policies' questions about the ranks without handing out its parts", "[distributed][trainer]") {
+  Seeded seeded;
+  TinyNet net;
+  Trainer trainer(Model(net.ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu"),
+                  DataLoaderOptions().batch_size(8));
+  const TrainingRun& run = trainer;
+  const torch::Tensor figures = torch::tensor({1.5, 2.0});
+  CHECK(torch::equal(run.reduce_across_ranks(figures, ReduceOp::sum), figures));  // one process: its own values
+  CHECK(run.any_rank(true));
+  CHECK_FALSE(run.any_rank(false));
+  CHECK(run.gradient_bytes() == 0);  // no backward yet
+  CHECK(run.optimizer_sharding() == nullptr);
+
+  const torch::Tensor bucket = torch::zeros({100});
+  trainer.replicate({std::make_shared<TwinCommunicator>(), nullptr,
+                     [bucket] { return std::vector<torch::Tensor>{bucket, bucket.narrow(0, 0, 10)}; }});
+  CHECK(torch::equal(run.reduce_across_ranks(figures, ReduceOp::sum), torch::tensor({3.0, 4.0})));  // the twin's sum
+  CHECK(torch::equal(figures, torch::tensor({1.5, 2.0})));  // the caller's tensor is left as it was
+  CHECK(run.gradient_bytes() == 400);  // the bucket once, though held twice
+  std::vector<torch::Tensor> grads;
+  for (auto& p : net->parameters()) grads.push_back(p.mutable_grad() = torch::zeros_like(p));
+  CHECK(run.gradient_bytes() == 400 + storage_bytes(grads));
+  CHECK(run.optimizer_sharding() == nullptr);
+}
+
 TEST_CASE("a data-parallel policy whose ranks the Trainer was not handed is refused before training", "[distributed][trainer]") {
   Seeded seeded;
   Trainer trainer(Model(TinyNet().ptr(), cross_entropy()), sgd(), blobs(64), TrainerOptions().device("cpu").run_dir(""),

@@ -33,6 +33,8 @@
 
 namespace frugal {
 
+class OptimizerShards;
+
 namespace detail {
 class LossWindow;
 class NonFiniteWatch;
@@ -106,9 +108,12 @@ class Trainer : public TrainingRun {
   const Dataset& train_data() const override { return train_loader_.dataset(); }
   const Dataset* validation_data() const override { return validation_loader_ ? &validation_loader_->dataset() : nullptr; }
   torch::Device device() const override { return device_; }
-  Communicator& communicator() const override { return *communicator_; }
-  const std::shared_ptr<OptimizerShards>& optimizer_shards() const override { return shards_; }
-  std::vector<torch::Tensor> held_gradients() const override;
+  int64_t rank() const override { return communicator_->rank(); }
+  int64_t world_size() const override { return communicator_->world_size(); }
+  bool any_rank(bool local) const override;
+  torch::Tensor reduce_across_ranks(const torch::Tensor& values, ReduceOp op) const override;
+  std::shared_ptr<const ShardingInfo> optimizer_sharding() const override;
+  int64_t gradient_bytes() const override;
   int64_t batches_per_epoch() const override { return train_loader_.batches_per_epoch(); }
   DataPosition data_position() const override { return train_loader_.position(); }
   void record(const std::string& event, const std::vector<std::pair<std::string, double>>& fields) const override;
@@ -118,6 +123,10 @@ class Trainer : public TrainingRun {
   /// The optimizer the factory built; with a sharded optimizer (Replication::optimizer_shards)
   /// it updates this rank's pieces of the parameters.
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  /// The ranks it trains with (Replication::communicator; one process without): for the program
+  /// around the fit, such as choosing a batch size every rank agrees on. Policies see only
+  /// TrainingRun's agreements.
+  Communicator& communicator() const { return *communicator_; }
   const std::vector<std::shared_ptr<Policy>>& policies() const { return policies_; }
 
  private:

@@ -1,6 +1,8 @@
 #pragma once
 // What a policy sees of the training run: its counters, options, model, data and devices, and
-// the few services every policy may use (record a metrics event, a snapshot, the finite check).
+// the few services every policy may use (record a metrics event, a snapshot, the finite check,
+// small agreements between ranks). It hands out answers, not the Trainer's parts: no communicator,
+// no sharded optimizer, no gradient buckets.
 // The Trainer is one; a policy never sees the Trainer itself, nor the other policies: they learn
 // about each other through the facts published on StepContext.
 
@@ -26,8 +28,6 @@
 
 namespace frugal {
 
-class OptimizerShards;
-
 /// Builds the optimizer over a module that already sits on the training device. A factory
 /// (not an optimizer) so that copies of the model (smoke test) get optimizers of their own.
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(torch::nn::Module&)>;
@@ -46,14 +46,22 @@ class TrainingRun {
   virtual const Dataset* validation_data() const = 0;
   virtual torch::Device device() const = 0;
 
-  /// The replicas this process trains with (a single-process no-op without data parallelism).
-  virtual Communicator& communicator() const = 0;
-  int64_t rank() const { return communicator().rank(); }
-  int64_t world_size() const { return communicator().world_size(); }
-  /// The shards of a sharded optimizer, or nullptr.
-  virtual const std::shared_ptr<OptimizerShards>& optimizer_shards() const = 0;
-  /// Gradient storage held besides the parameters' .grad (data-parallel buckets), for memory reports.
-  virtual std::vector<torch::Tensor> held_gradients() const = 0;
+  /// This process among the replicas it trains with: rank 0 of 1 without data parallelism.
+  virtual int64_t rank() const = 0;
+  virtual int64_t world_size() const = 0;
+  /// The only collectives a policy runs: small agreements that every rank makes at the same point
+  /// (with one process, the local values). The gradients' collectives stay the Trainer's own.
+  /// True if `local` is true on any rank (host-side where the backend allows: never waits for a GPU).
+  virtual bool any_rank(bool local) const = 0;
+  /// A few figures on the training device, summed or maximised element-wise across ranks (a new
+  /// tensor; `values` is left as it was).
+  virtual torch::Tensor reduce_across_ranks(const torch::Tensor& values, ReduceOp op) const = 0;
+  /// The layout of a sharded optimizer's state over the ranks (which pieces of the weights each
+  /// rank updates and checkpoints), or null when every rank holds the whole state.
+  virtual std::shared_ptr<const ShardingInfo> optimizer_sharding() const = 0;
+  /// Bytes this rank's gradients occupy now, each storage once: the parameters' .grad, a sharded
+  /// optimizer's pieces, data-parallel buckets (for memory reports).
+  virtual int64_t gradient_bytes() const = 0;
 
   /// Optimizer-step boundaries per epoch without accumulation: batches of this rank's share.
   virtual int64_t batches_per_epoch() const = 0;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "frugal/base/storage_bytes.hpp"  // storage_bytes, which the report counts with
 #include "frugal/core/policy.hpp"
 
 namespace frugal {
@@ -19,9 +20,6 @@ namespace frugal {
 struct MemoryFootprint {
   int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_state_bytes = 0;
 };
-
-/// Bytes of the distinct storages behind `tensors` (views of one storage counted once).
-int64_t storage_bytes(const std::vector<torch::Tensor>& tensors);
 
 class MemoryReportPolicy : public Policy {
  public:

@@ -30,7 +30,7 @@ void train(TinyNetImpl& net, torch::optim::Optimizer& optimizer, int steps, int 
 
 }  // namespace
 
-TEST_CASE("FusedAdamW matches torch::optim::AdamW, with and without amsgrad", "[core][optim]") {
+TEST_CASE("FusedAdamW matches torch::optim::AdamW, with and without amsgrad", "[optim]") {
   for (bool amsgrad : {false, true}) {
     Seeded seeded;
     TinyNet fused_net, plain_net;
@@ -49,7 +49,7 @@ TEST_CASE("FusedAdamW matches torch::optim::AdamW, with and without amsgrad", "[
   }
 }
 
-TEST_CASE("FusedAdamW state is AdamW's: a checkpoint of one continues in the other", "[core][optim]") {
+TEST_CASE("FusedAdamW state is AdamW's: a checkpoint of one continues in the other", "[optim]") {
   Seeded seeded;
   TinyNet a, b;
   frugal::detail::copy_state(*a, *b, torch::kCPU);

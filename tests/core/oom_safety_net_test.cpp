@@ -45,7 +45,7 @@ Result train(int64_t batch, int64_t steps, PressureAfter pressure, bool halve, c
 
 }  // namespace
 
-TEST_CASE("out of memory mid-run halves the micro-batch until it fits and keeps the effective batch", "[tooling][oom]") {
+TEST_CASE("out of memory mid-run halves the micro-batch until it fits and keeps the effective batch", "[core][oom]") {
   const auto dir = scratch_dir("oom_halving");
   // 16 examples a step; from the 6th micro-step only micro-batches of 4 fit: 16 -> 8 -> 4.
   const Result halved = train(16, 1, PressureAfter{4, 5}, /*halve=*/true, dir.string());
@@ -67,7 +67,7 @@ TEST_CASE("out of memory mid-run halves the micro-batch until it fits and keeps 
   CHECK_THAT(bytes_of(dir / "train.log"), Catch::Contains("every rank runs step 6 again with micro-batches of 8 (was 16)"));
 }
 
-TEST_CASE("a resumed run goes on with the micro-batch it had halved to", "[tooling][oom][checkpoint]") {
+TEST_CASE("a resumed run goes on with the micro-batch it had halved to", "[core][oom][checkpoint]") {
   const auto whole_dir = scratch_dir("oom_whole"), split_dir = scratch_dir("oom_split");
   const Result whole = train(16, 1, PressureAfter{4, 5}, true, whole_dir.string(), 20, true);
   const Result first = train(16, 1, PressureAfter{4, 5}, true, split_dir.string(), 10, true);
@@ -80,7 +80,7 @@ TEST_CASE("a resumed run goes on with the micro-batch it had halved to", "[tooli
   CHECK(torch::equal(second.weights, whole.weights));
 }
 
-TEST_CASE("without the safety net, or at a micro-batch of 1, the out-of-memory error stops the run", "[tooling][oom]") {
+TEST_CASE("without the safety net, or at a micro-batch of 1, the out-of-memory error stops the run", "[core][oom]") {
   CHECK_THROWS_AS(train(16, 1, PressureAfter{4, 5}, /*halve=*/false), c10::OutOfMemoryError);
   CHECK_THROWS_WITH(train(2, 1, PressureAfter{0, 3}, /*halve=*/true), Catch::Contains("nothing is left to halve"));
 }

@@ -23,7 +23,7 @@ std::vector<int64_t> epoch_order(DataLoader& loader, int64_t epoch) {
 }
 }  // namespace
 
-TEST_CASE("the order depends on seed and epoch only, and covers every example once", "[core][data]") {
+TEST_CASE("the order depends on seed and epoch only, and covers every example once", "[data]") {
   DataLoader a(indices(50), DataLoaderOptions().batch_size(8).seed(3));
   DataLoader b(indices(50), DataLoaderOptions().batch_size(8).seed(3));
   torch::manual_seed(1);  // the global RNG must not matter
@@ -40,7 +40,7 @@ TEST_CASE("the order depends on seed and epoch only, and covers every example on
   CHECK(epoch_order(d, 0).front() == 0);
 }
 
-TEST_CASE("a restored position continues with exactly the batches that would have come", "[core][data]") {
+TEST_CASE("a restored position continues with exactly the batches that would have come", "[data]") {
   DataLoader full(indices(40), DataLoaderOptions().batch_size(4).seed(9));
   full.start_epoch(2);
   for (int i = 0; i < 3; ++i) full.next();
@@ -55,7 +55,7 @@ TEST_CASE("a restored position continues with exactly the batches that would hav
   CHECK_THROWS_WITH(other_seed.restore(saved), Catch::Contains("seed 9") && Catch::Contains("seed 10"));
 }
 
-TEST_CASE("replicas read disjoint, equally sized shares of each epoch", "[core][data]") {
+TEST_CASE("replicas read disjoint, equally sized shares of each epoch", "[data]") {
   std::multiset<int64_t> seen;
   std::vector<size_t> sizes;
   for (int64_t rank = 0; rank < 3; ++rank) {
@@ -69,7 +69,7 @@ TEST_CASE("replicas read disjoint, equally sized shares of each epoch", "[core][
   CHECK(seen.size() == 30);
 }
 
-TEST_CASE("bad loader options name the field and value", "[core][data]") {
+TEST_CASE("bad loader options name the field and value", "[data]") {
   CHECK_THROWS_WITH(DataLoader(indices(4), DataLoaderOptions().batch_size(0)), "batch_size must be >= 1, got 0");
   CHECK_THROWS_WITH(DataLoader(indices(4), DataLoaderOptions().num_replicas(2).rank(2)), "rank must be in [0, 2), got 2");
   CHECK_THROWS_WITH(TensorDataset(torch::zeros({4, 2}), torch::zeros({3})), Catch::Contains("targets hold 3"));
