@@ -290,5 +290,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return frugal::run_program("frugal_bert_squad", [&] { return run(argc, argv); });
+  frugal::exit_process(frugal::run_program("frugal_bert_squad", [&] { return run(argc, argv); }));
 }

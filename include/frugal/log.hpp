@@ -25,6 +25,8 @@ Level level();
 /// Also writes every message to `path` (appending); replaces an earlier file sink.
 void add_file_sink(const std::filesystem::path& path);
 void remove_file_sink();
+/// Writes out what the sinks hold (the file sink flushes by itself only from warnings up).
+void flush();
 
 /// A line kept at the bottom of the terminal (a progress bar): redrawn after each message,
 /// replaced by the next call, removed by an empty one. Drawn only when stderr is a terminal.

@@ -113,6 +113,8 @@ void remove_file_sink() {
   }
 }
 
+void flush() { logger().flush(); }
+
 bool console_is_terminal() { return isatty(STDERR_FILENO) == 1; }
 
 void set_status_line(std::string_view line) {

@@ -93,7 +93,7 @@ std::shared_ptr<frugal::Policy> inject_overflow(const torch::nn::Module& net) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc < 3) {
     std::cerr << "usage: resume_probe RUN_DIR OUT_FILE [kill-at-step N | kill-at-stage STAGE STEP | term-at-step N]\n";
     return 2;
@@ -201,3 +201,5 @@ int main(int argc, char** argv) {
   std::ofstream(out_file, std::ios::binary).write(static_cast<const char*>(params.data_ptr()), params.numel() * 4);
   return 0;
 }
+
+int main(int argc, char** argv) { frugal::exit_process(run(argc, argv)); }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "frugal/config/config.hpp"
+#include "frugal/config/exit_process.hpp"
 #include "frugal/distributed/communicator.hpp"
 
 int run(int argc, char** argv) {
@@ -63,7 +64,7 @@ int run(int argc, char** argv) {
   }
 }
 
-int main(int argc, char** argv) {
+int run_or_say(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
@@ -71,3 +72,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+int main(int argc, char** argv) { frugal::exit_process(run_or_say(argc, argv)); }

@@ -244,4 +244,4 @@ int run(const frugal::testing::ProbeArgs& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return frugal::testing::probe_main(argc, argv, "parity", run); }
+int main(int argc, char** argv) { frugal::exit_process(frugal::testing::probe_main(argc, argv, "parity", run)); }

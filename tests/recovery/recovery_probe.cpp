@@ -134,5 +134,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return frugal::run_program("recovery_probe", [&] { return run(argc, argv); });
+  frugal::exit_process(frugal::run_program("recovery_probe", [&] { return run(argc, argv); }));
 }

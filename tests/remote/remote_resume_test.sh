@@ -80,8 +80,11 @@ for stage in part meta.json manifest.json; do
 done
 
 # A flipped byte in the newest remote checkpoint: skipped with the reason, the previous one used.
+# Two pre-empted runs, so that an older commit exists whatever the load: a pre-emption drops the
+# older uploads still in flight, and on a busy machine none may have finished by step 14.
 export PROBE_REMOTE="s3://frugal/flip"
-"$probe" flip flip.bin term-at-step 14 > flip.1.log 2>&1 || fail "flip: run exited $?"
+"$probe" flip flip.bin term-at-step 9 > flip.0.log 2>&1 || fail "flip: first run exited $?: $(tail -3 flip.0.log)"
+"$probe" flip flip.bin term-at-step 14 > flip.1.log 2>&1 || fail "flip: run exited $?: $(tail -3 flip.1.log)"
 previous=$(sed -n 's/^flip\/ckpt-0*\([0-9][0-9]*\)\/manifest.json$/\1/p' <<<"$(s3_keys frugal flip/)" | sort -n | tail -2 | sed -n 1p)
 [ -n "$previous" ] && [ "$previous" != 14 ] || fail "flip: no committed checkpoint before step 14: $(s3_keys frugal flip/)"
 s3_get frugal/flip/ckpt-000000014/optimizer.pt > opt.pt || fail "cannot read the remote optimizer.pt"

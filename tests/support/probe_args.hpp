@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include "frugal/config/exit_process.hpp"
+
 namespace frugal::testing {
 
 struct ProbeArgs {

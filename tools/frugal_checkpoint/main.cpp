@@ -17,6 +17,7 @@
 
 #include "frugal/base/precision.hpp"
 #include "frugal/checkpoint/consolidate.hpp"
+#include "frugal/config/exit_process.hpp"
 #include "frugal/errors.hpp"
 #include "frugal/io/safetensors.hpp"
 #include "frugal/remote/remote_checkpoints.hpp"
@@ -75,7 +76,7 @@ fs::path download(const std::string& url, const frugal::S3ClientOptions& options
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"frugal-checkpoint: inspect, verify and export Frugal checkpoints (sharded or not)"};
   app.require_subcommand(1);
   std::string path, out, dtype = "fp32";
@@ -164,3 +165,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+int main(int argc, char** argv) { frugal::exit_process(run(argc, argv)); }

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <memory>
 
+#include "frugal/config/exit_process.hpp"
 #include "frugal/data/converters.hpp"
 #include "frugal/data/dedup.hpp"
 #include "frugal/data/image/gpu_jpeg.hpp"
@@ -82,7 +83,7 @@ void print_shards(const std::vector<frugal::ShardInfo>& shards, int64_t samples)
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"frugal-data: convert, augment, deduplicate, index and verify tar shards (WebDataset layout)"};
   app.require_subcommand(1);
   std::string shard_size = "256M", prefix = "shard";
@@ -209,3 +210,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+int main(int argc, char** argv) { frugal::exit_process(run(argc, argv)); }

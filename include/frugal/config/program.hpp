@@ -3,13 +3,14 @@
 // act on, and the --smoke-test mode.
 //
 //   int main(int argc, char** argv) {
-//     return frugal::run_program("my_trainer", [&] { return train(argc, argv); });
+//     frugal::exit_process(frugal::run_program("my_trainer", [&] { return train(argc, argv); }));
 //   }
 
 #include <functional>
 #include <string>
 
 #include "frugal/config/config.hpp"
+#include "frugal/config/exit_process.hpp"
 #include "frugal/config/standard_options.hpp"
 #include "frugal/distributed/world.hpp"
 #include "frugal/policies/smoke_test.hpp"
