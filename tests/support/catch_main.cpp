@@ -1,5 +1,5 @@
 // Catch2's main, ending the process without LibTorch's teardown (frugal::exit_process): every
-// test case is a process of its own under ctest, so the ~0.15 CPU-s each saves adds up.
+// test case is a process of its own under ctest, so the ~0.1 CPU-s each saves adds up.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
