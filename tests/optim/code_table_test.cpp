@@ -141,3 +141,57 @@ TEST_CASE("the code table's vector paths compute what its scalar path computes, 
     CHECK(codes[table.code_of(-0.0f)] == 0.0f);
   }
 }
+
+namespace {
+
+// The smallest float that the search moves from code i up to i + 1 (bisection over the floats between them).
+float searched_threshold(const float* map, int i) {
+  auto ordered = [](float x) { const auto b = std::bit_cast<int32_t>(x); return b < 0 ? b ^ 0x7fffffff : b; };
+  auto from_ordered = [](int32_t b) { return std::bit_cast<float>(b < 0 ? b ^ 0x7fffffff : b); };
+  int32_t lo = ordered(map[i]), hi = ordered(map[i + 1]);
+  while (hi - lo > 1) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    (searched(map, from_ordered(mid)) > i ? hi : lo) = mid;
+  }
+  return from_ordered(hi);
+}
+
+}  // namespace
+
+TEST_CASE("a finite block's codes are its quotients' codes also next to every threshold, for maxima over the whole float range", "[optim]") {
+  // The AVX2 path multiplies by 1 / maximum: products near a threshold can fall on its other side
+  // from the quotient, and must then be coded as the quotient is.
+  testing::Seeded seeded;
+  INFO("vector path: " << CodeTable::vector_path());
+  std::vector<float> maxima = {1.0f, 3.0f, 0.1f, 1e-3f, 7e-30f, 0x1p-125f, 0x1p125f, 0x1p-126f, 3e38f, 1e-40f};
+  const torch::Tensor random_exponents = torch::rand({300}, torch::kFloat64) * 250 - 125;
+  for (int k = 0; k < 300; ++k) {
+    maxima.push_back(static_cast<float>(std::exp2(random_exponents[k].item<double>())));
+  }
+  for (const bool is_signed : {true, false}) {
+    const CodeTable table(dynamic_map(is_signed));
+    CHECK(table.product_path());  // the dynamic maps take it (else the AVX2 path divides)
+    int64_t values = 0, mismatches = 0, products_differ = 0;
+    for (const float absmax : maxima) {
+      std::vector<float> block{absmax};  // its finite maximum
+      for (int i = 0; i < 255; ++i) {
+        const float x0 = searched_threshold(table.codes(), i) * absmax;
+        for (int step = -4; step <= 4; ++step) {
+          auto bits = std::bit_cast<int32_t>(x0) + step;
+          const float x = std::bit_cast<float>(bits);
+          if (!(std::fabs(x) <= absmax)) continue;
+          block.push_back(x);
+          if (absmax >= 0x1p-125f && absmax <= 0x1p125f && table.code_of(x * (1.0f / absmax)) != table.code_of(x / absmax)) ++products_differ;
+        }
+      }
+      std::vector<uint8_t> codes(block.size()), expected(block.size());
+      CHECK(table.requantize(block.data(), static_cast<int64_t>(block.size()), codes.data()) == absmax);
+      table.quantize_scalar(block.data(), absmax, expected.data(), static_cast<int64_t>(block.size()));
+      for (size_t j = 0; j < block.size(); ++j) mismatches += codes[j] != expected[j];
+      values += static_cast<int64_t>(block.size());
+    }
+    INFO((is_signed ? "signed" : "unsigned") << " map: " << values << " values, " << products_differ << " whose product is coded apart from the quotient");
+    CHECK(products_differ > 0);  // the case is there to be caught
+    CHECK(mismatches == 0);
+  }
+}

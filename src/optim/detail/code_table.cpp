@@ -42,24 +42,50 @@ CodeTable::CodeTable(const torch::Tensor& map) : bucket_(static_cast<size_t>(2 *
   std::memcpy(code_.data(), map.data_ptr<float>(), sizeof(float) * 256);
   std::vector<float> thresholds;
   for (int i = 0; i < 255; ++i) thresholds.push_back(threshold_between(code_.data(), i));
-  auto count_at_or_below = [&](float x) { return static_cast<uint32_t>(std::upper_bound(thresholds.begin(), thresholds.end(), x) - thresholds.begin()); };
   for (int negative = 0; negative < 2; ++negative) {
     for (int key = 0; key < kKeys; ++key) {
-      // The key's magnitudes; key 0 also holds every smaller one, coded as 2^-23 is.
-      const uint32_t low_magnitude = key == 0 ? 0u : kLowest + (static_cast<uint32_t>(key) << 16);
-      const uint32_t high_magnitude = std::min(kLowest + (static_cast<uint32_t>(key) << 16) + 0xffffu, kOne);
-      const float lowest = negative ? -std::bit_cast<float>(high_magnitude) : std::bit_cast<float>(low_magnitude);
-      const float highest = negative ? -std::bit_cast<float>(low_magnitude) : std::bit_cast<float>(high_magnitude);
-      const uint32_t first = count_at_or_below(lowest), last = count_at_or_below(highest);
-      TORCH_INTERNAL_ASSERT(last - first <= 1, "the quantization map has two thresholds under one key (", key, ")");
-      uint32_t threshold_bits = 0x10000u;  // none: never reached
-      if (last != first) {
-        const uint32_t magnitude = std::bit_cast<uint32_t>(thresholds[first]) & 0x7fffffffu;
-        TORCH_INTERNAL_ASSERT(key > 0 && magnitude >= kLowest, "a threshold of the quantization map lies below 2^-23");
-        const uint32_t low = (magnitude - kLowest) & 0xffffu;
-        threshold_bits = negative ? 0xffffu - low : low;
+      // u: a value's place in the key, 0 to 0xffff in ascending order of values (the magnitude's
+      // low 16 bits, flipped for negative values); key 0 also holds every magnitude below 2^-23
+      // and the top key every one above 1, clamped. A threshold's u may lie outside 0..0xffff.
+      const int64_t key_start = kLowest + (int64_t{key} << 16);
+      auto u_of = [&](float t) {
+        const int64_t offset = int64_t{std::bit_cast<uint32_t>(t) & 0x7fffffffu} - key_start;
+        return negative ? 0xffff - offset : offset;
+      };
+      const float first_value = negative ? -std::bit_cast<float>(static_cast<uint32_t>(key_start + 0xffff)) : std::bit_cast<float>(static_cast<uint32_t>(key_start));
+      uint32_t count = 0;  // thresholds below the key's first value
+      std::vector<int64_t> inner, below, above;  // u of this sign's thresholds in the key, and within the slack of it
+      for (const float t : thresholds) {
+        if (t < first_value) ++count;
+        if ((t < 0.0f) != (negative == 1)) continue;
+        TORCH_INTERNAL_ASSERT((std::bit_cast<uint32_t>(t) & 0x7fffffffu) >= kLowest, "a threshold of the quantization map lies below 2^-23");
+        const int64_t u = u_of(t);
+        if (u >= 0 && u <= 0xffff) inner.push_back(u);
+        if (u >= -int64_t{kProductSlack} && u < 0) below.push_back(u);
+        if (u > 0xffff && u <= 0xffff + int64_t{kProductSlack}) above.push_back(u);
       }
-      bucket_[static_cast<size_t>(negative * kKeys + key)] = first | (threshold_bits << 8);
+      // The field shows one threshold; where one within kProductSlack does not show, the AVX2
+      // path must not code this table's values by product.
+      uint32_t threshold = 0x1ffffu;  // none: low never reaches it
+      bool hidden = !below.empty() && (!inner.empty() || !above.empty());
+      if (inner.size() == 2 && std::min(inner[0], inner[1]) == 0) {
+        ++count;  // one threshold at the key's first value (counted), one further in: rare
+        threshold = static_cast<uint32_t>(std::max(inner[0], inner[1]));
+        hidden = true;
+      } else {
+        TORCH_INTERNAL_ASSERT(inner.size() <= 1, "the quantization map has two thresholds under one key (", key, ")");
+        if (!inner.empty()) {
+          threshold = static_cast<uint32_t>(inner[0]);
+          hidden = hidden || !above.empty();
+        } else if (!above.empty()) {
+          threshold = static_cast<uint32_t>(above[0]);  // never reached by low (<= 0xffff), but near it
+        } else if (!below.empty()) {
+          --count;        // the threshold just before the key, as if at its first value: the same
+          threshold = 0;  // codes, and the first values lie within the slack of the field
+        }
+      }
+      product_path_ = product_path_ && !hidden;
+      bucket_[static_cast<size_t>(negative * kKeys + key)] = count | (threshold << 8);
     }
   }
   for (int i = 0; i < 256; ++i) {
@@ -77,6 +103,16 @@ uint8_t CodeTable::code_of(float y) const {
   return static_cast<uint8_t>((bucket & 0xffu) + (low >= (bucket >> 8) ? 1u : 0u));
 }
 
+bool CodeTable::near_threshold(float y) const {
+  const uint32_t bits = std::bit_cast<uint32_t>(y);
+  const uint32_t negative = bits >> 31;
+  const uint32_t magnitude = std::clamp(bits & 0x7fffffffu, kLowest, kOne) - kLowest;
+  const uint32_t bucket = bucket_[(magnitude >> 16) + negative * static_cast<uint32_t>(kKeys)];
+  const auto low = static_cast<int32_t>((magnitude & 0xffffu) ^ (negative ? 0xffffu : 0u));
+  const auto threshold = static_cast<int32_t>(bucket >> 8);
+  return static_cast<uint32_t>(std::abs(low - threshold)) <= kProductSlack;
+}
+
 void CodeTable::quantize_scalar(const float* x, float absmax, uint8_t* out, int64_t len) const {
   for (int64_t i = 0; i < len; ++i) out[i] = code_of(normed(x[i], absmax));
 }
@@ -91,15 +127,18 @@ void CodeTable::quantize(const float* x, float absmax, uint8_t* out, int64_t len
 }
 
 float CodeTable::requantize(const float* x, int64_t len, uint8_t* out) const {
-  float top = 0.0f;
-  bool nonfinite = false;
-  for (int64_t i = vector_kernels().scan(x, len, &top, &nonfinite); i < len; ++i) {
-    top = std::max(top, finite_magnitude(x[i]));
-    nonfinite = nonfinite || !(fabsf(x[i]) < INFINITY);
+  BlockMaximum top;
+  for (int64_t i = vector_kernels().scan(x, len, &top.finite_max, &top.nonfinite); i < len; ++i) {
+    top.finite_max = std::max(top.finite_max, finite_magnitude(x[i]));
+    top.nonfinite = top.nonfinite || !(fabsf(x[i]) < INFINITY);
   }
-  const int64_t done = vector_kernels().quantize(*this, x, top, !nonfinite, out, len);
-  quantize_scalar(x + done, top, out + done, len - done);
-  return top;
+  quantize_block(x, len, top, out);
+  return top.finite_max;
+}
+
+void CodeTable::quantize_block(const float* x, int64_t len, BlockMaximum top, uint8_t* out) const {
+  const int64_t done = vector_kernels().quantize(*this, x, top.finite_max, !top.nonfinite, out, len);
+  quantize_scalar(x + done, top.finite_max, out + done, len - done);
 }
 
 void CodeTable::dequantize(const uint8_t* codes, float scale, float* out, int64_t len) const {

@@ -4,6 +4,7 @@
 #include "optim/detail/code_table_kernels.hpp"
 
 #include "optim/detail/code_table.hpp"
+#include "optim/detail/quantized_math.hpp"
 
 #include <cstdlib>
 #include <string_view>
@@ -137,17 +138,27 @@ FRUGAL_AVX512 int64_t avx512_scan(const float* x, int64_t len, float* max, bool*
 // ---- AVX2 ----
 #define FRUGAL_AVX2 __attribute__((target("avx2")))
 
-// As codes_16 above, 8 values at a time; the bucket reads are scalar loads.
-template <bool Finite>
+// As codes_16 above, 8 values at a time; the bucket reads are scalar loads. A finite block
+// (|x| <= absmax) multiplies by 1 / absmax where that reciprocal is a normal float and the table
+// allows it (CodeTable::product_path): the product is then at most 2 bit patterns from the
+// quotient (each lies within half an ulp of the real quotient, the reciprocal within half an ulp
+// of 1 / absmax), so its code is the quotient's unless its key's threshold field lies within 2
+// patterns of it. A block with such a value (about 1 in 400 blocks of 256) is gone over again.
+template <bool Finite, bool Multiply>
 FRUGAL_AVX2 int64_t avx2_quantize_as(const CodeTable& table, const float* x, float absmax, uint8_t* out, int64_t len) {
-  const __m256 minus_one = _mm256_set1_ps(-1.0f), one = _mm256_set1_ps(1.0f), divisor = _mm256_set1_ps(absmax);
+  const __m256 minus_one = _mm256_set1_ps(-1.0f), one = _mm256_set1_ps(1.0f);
   const __m256i lowest = _mm256_set1_epi32(static_cast<int>(kLowest)), top = _mm256_set1_epi32(static_cast<int>(kOne));
   const __m256i low_bits = _mm256_set1_epi32(0xffff), keys = _mm256_set1_epi32(kKeys), sign_off = _mm256_set1_epi32(0x7fffffff);
   const auto* buckets = reinterpret_cast<const int*>(table.buckets());
-  const bool zero_max = !(absmax > 0.0f);
+  const bool zero_max = !Multiply && !(absmax > 0.0f);  // a reciprocal that is a normal float has absmax > 0
+  static_assert(Finite || !Multiply, "only a finite block's values lie within its maximum");
+  const __m256 scale = _mm256_set1_ps(Multiply ? 1.0f / absmax : absmax);
   const int64_t whole = len / 8 * 8;
+  // Over the lanes so far: the least distance of a product's low bits to its key's threshold field.
+  __m256i nearest = _mm256_set1_epi32(-1);
   for (int64_t i = 0; i < whole; i += 8) {
-    __m256 y = zero_max ? _mm256_setzero_ps() : _mm256_div_ps(_mm256_loadu_ps(x + i), divisor);
+    const __m256 v = _mm256_loadu_ps(x + i);
+    __m256 y = zero_max ? _mm256_setzero_ps() : Multiply ? _mm256_mul_ps(v, scale) : _mm256_div_ps(v, scale);
     if constexpr (!Finite) {
       y = _mm256_andnot_ps(_mm256_cmp_ps(y, y, _CMP_UNORD_Q), y);  // NaN -> +0
       y = _mm256_min_ps(_mm256_max_ps(y, minus_one), one);
@@ -164,18 +175,37 @@ FRUGAL_AVX2 int64_t avx2_quantize_as(const CodeTable& table, const float* x, flo
     const __m256i bucket = _mm256_setr_epi32(buckets[k[0]], buckets[k[1]], buckets[k[2]], buckets[k[3]], buckets[k[4]], buckets[k[5]],
                                              buckets[k[6]], buckets[k[7]]);
     const __m256i low = _mm256_xor_si256(_mm256_and_si256(magnitude, low_bits), _mm256_and_si256(negative, low_bits));
+    const __m256i threshold = _mm256_srli_epi32(bucket, 8);
     // low >= threshold, as 0 or -1; both below 2^17, so the signed comparison is exact.
-    const __m256i below = _mm256_cmpgt_epi32(_mm256_srli_epi32(bucket, 8), low);
+    const __m256i below = _mm256_cmpgt_epi32(threshold, low);
     const __m256i code = _mm256_sub_epi32(_mm256_and_si256(bucket, _mm256_set1_epi32(0xff)), _mm256_xor_si256(below, _mm256_set1_epi32(-1)));
     // Pack 8 codes (0..255) into 8 bytes.
     const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packus_epi16(words, words));
+    if constexpr (Multiply) nearest = _mm256_min_epu32(nearest, _mm256_abs_epi32(_mm256_sub_epi32(low, threshold)));
+  }
+  if constexpr (Multiply) {
+    // No call in the loop above (it would make the compiler keep its constants in memory): the
+    // rare block with a product near a threshold is gone over again here.
+    alignas(32) uint32_t distance[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(distance), nearest);
+    bool near = false;
+    for (const uint32_t d : distance) near = near || d <= CodeTable::kProductSlack;
+    if (near) [[unlikely]] {
+      const float reciprocal = 1.0f / absmax;
+      for (int64_t i = 0; i < whole; ++i) {
+        if (table.near_threshold(x[i] * reciprocal)) out[i] = table.code_of(normed(x[i], absmax));
+      }
+    }
   }
   return whole;
 }
 
 int64_t avx2_quantize(const CodeTable& table, const float* x, float absmax, bool finite, uint8_t* out, int64_t len) {
-  return finite ? avx2_quantize_as<true>(table, x, absmax, out, len) : avx2_quantize_as<false>(table, x, absmax, out, len);
+  if (!finite) return avx2_quantize_as<false, false>(table, x, absmax, out, len);
+  // 1 / absmax a normal float (so within half an ulp of the real reciprocal).
+  if (table.product_path() && absmax >= 0x1p-125f && absmax <= 0x1p125f) return avx2_quantize_as<true, true>(table, x, absmax, out, len);
+  return avx2_quantize_as<true, false>(table, x, absmax, out, len);
 }
 
 FRUGAL_AVX2 int64_t avx2_dequantize(const CodeTable& table, const uint8_t* codes, float scale, float* out, int64_t len) {

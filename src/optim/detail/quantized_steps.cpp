@@ -60,19 +60,48 @@ constexpr int64_t kBlocksPerTask = 16;
 // no contraction into FMA (ISO C++ mode) and the same IEEE operations.
 #define FRUGAL_VECTOR_CLONES FRUGAL_TARGET_CLONES("arch=x86-64-v4", "avx2", "default")
 
+// The loops also find each state's block maximum as they write it (what CodeTable::requantize
+// would scan for again): integer maxima of the magnitudes' bit patterns, which order as the
+// magnitudes do and keep the loop vectorized. `finite` skips infinities and NaN (>= 0x7f800000).
+inline uint32_t magnitude_bits(float x) { return std::bit_cast<uint32_t>(x) & 0x7fffffffu; }
+// magnitude when below 0x7f800000, else 0; as a mask, since GCC does not vectorize the select.
+inline uint32_t finite_bits(uint32_t magnitude) { return magnitude & static_cast<uint32_t>(static_cast<int32_t>(magnitude - 0x7f800000u) >> 31); }
+inline CodeTable::BlockMaximum block_maximum(uint32_t finite, uint32_t any) { return {std::bit_cast<float>(finite), any >= 0x7f800000u}; }
+
 FRUGAL_VECTOR_CLONES void adam_block(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t len,
-                                     const AdamConstants c) {
-  for (int64_t i = 0; i < len; ++i) adam_element(p[i], g[i], m[i], v[i], c);
+                                     const AdamConstants c, CodeTable::BlockMaximum& m_top, CodeTable::BlockMaximum& v_top) {
+  uint32_t m_finite = 0, m_any = 0, v_finite = 0, v_any = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    adam_element(p[i], g[i], m[i], v[i], c);
+    const uint32_t mb = magnitude_bits(m[i]), vb = magnitude_bits(v[i]);
+    m_any = std::max(m_any, mb);
+    m_finite = std::max(m_finite, finite_bits(mb));
+    v_any = std::max(v_any, vb);
+    v_finite = std::max(v_finite, finite_bits(vb));
+  }
+  m_top = block_maximum(m_finite, m_any);
+  v_top = block_maximum(v_finite, v_any);
 }
 
 FRUGAL_VECTOR_CLONES void momentum_block(float* __restrict p, const float* __restrict g, float* __restrict buffer, int64_t len,
-                                         const MomentumConstants c) {
-  for (int64_t i = 0; i < len; ++i) momentum_element(p[i], g[i], buffer[i], c);
+                                         const MomentumConstants c, CodeTable::BlockMaximum& top) {
+  uint32_t finite = 0, any = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    momentum_element(p[i], g[i], buffer[i], c);
+    const uint32_t b = magnitude_bits(buffer[i]);
+    any = std::max(any, b);
+    finite = std::max(finite, finite_bits(b));
+  }
+  top = block_maximum(finite, any);
 }
 
 /// A block's values, updated: quantized again with their new finite maximum, stored as `absmax`.
 void requantize_block(const CodeTable& table, const float* values, int64_t len, uint8_t* codes, float& absmax) {
   absmax = table.requantize(values, len, codes);
+}
+void requantize_block(const CodeTable& table, const float* values, int64_t len, CodeTable::BlockMaximum top, uint8_t* codes, float& absmax) {
+  table.quantize_block(values, len, top, codes);
+  absmax = top.finite_max;
 }
 
 // A block of the parameter or gradient as fp32: the tensor's own memory when it is fp32, else
@@ -228,10 +257,11 @@ void adam_step_8bit(const torch::Tensor& param, const torch::Tensor& grad, Quant
           float* pf = as_float(pp + begin, pv, len);
           sm.dequantize(mc + begin, ma[b], mv, len);
           um.dequantize(vc + begin, va[b], vv, len);
-          adam_block(pf, as_float(gp + begin, gv, len), mv, vv, len, c);
+          CodeTable::BlockMaximum m_top, v_top;
+          adam_block(pf, as_float(gp + begin, gv, len), mv, vv, len, c, m_top, v_top);
           store_float(pf, pp + begin, len);
-          requantize_block(sm, mv, len, mc + begin, ma[b]);
-          requantize_block(um, vv, len, vc + begin, va[b]);
+          requantize_block(sm, mv, len, m_top, mc + begin, ma[b]);
+          requantize_block(um, vv, len, v_top, vc + begin, va[b]);
         }
       });
     });
@@ -262,9 +292,10 @@ void momentum_step_8bit(const torch::Tensor& param, const torch::Tensor& grad, Q
           const int64_t begin = b * kQuantizationBlock, len = std::min(kQuantizationBlock, n - begin);
           float* pf = as_float(pp + begin, pv, len);
           sm.dequantize(codes + begin, absmax[b], values, len);
-          momentum_block(pf, as_float(gp + begin, gv, len), values, len, c);
+          CodeTable::BlockMaximum top;
+          momentum_block(pf, as_float(gp + begin, gv, len), values, len, c, top);
           store_float(pf, pp + begin, len);
-          requantize_block(sm, values, len, codes + begin, absmax[b]);
+          requantize_block(sm, values, len, top, codes + begin, absmax[b]);
         }
       });
     });
