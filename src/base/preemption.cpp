@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <string>
@@ -13,12 +14,16 @@
 
 namespace frugal::preemption {
 namespace {
-volatile std::sig_atomic_t requested_signal = 0;
-const char* volatile exit_stage = nullptr;  // set: a signal ends the process
+// Atomics, not volatile sig_atomic_t: the kernel runs the handler on any thread that does not
+// block the signal (the checkpoint uploader, a data worker) while the training thread reads the
+// flag, which volatile does not order (TSan reported it); lock-free atomics are async-signal-safe.
+std::atomic<int> requested_signal{0};
+std::atomic<const char*> exit_stage{nullptr};  // set: a signal ends the process
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<const char*>::is_always_lock_free);
 
 extern "C" void on_signal(int signal) {
-  requested_signal = signal;
-  if (const char* stage = exit_stage) {  // only async-signal-safe calls from here
+  requested_signal.store(signal);
+  if (const char* stage = exit_stage.load()) {  // only async-signal-safe calls from here
     const char head[] = "frugal: stop signal while ";
     const char tail[] = ": exiting (nothing to save yet)\n";
     ssize_t ignored = ::write(STDERR_FILENO, head, sizeof head - 1);
@@ -39,7 +44,7 @@ void install() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
-int requested() { return requested_signal; }
+int requested() { return requested_signal.load(); }
 
 void exit_with_parent() {
 #ifdef __linux__
@@ -48,20 +53,20 @@ void exit_with_parent() {
 #endif
 }
 
-ExitAtOnce::ExitAtOnce(const char* stage) : previous_(exit_stage) {
-  exit_stage = stage;
-  if (requested_signal != 0) on_signal(requested_signal);  // one came before: act on it now
+ExitAtOnce::ExitAtOnce(const char* stage) : previous_(exit_stage.load()) {
+  exit_stage.store(stage);
+  if (const int signal = requested_signal.load(); signal != 0) on_signal(signal);  // one came before: act on it now
 }
 
-ExitAtOnce::~ExitAtOnce() { exit_stage = previous_; }
+ExitAtOnce::~ExitAtOnce() { exit_stage.store(previous_); }
 
 void stop_if_requested(const char* stage) {
-  const int signal = requested_signal;
+  const int signal = requested_signal.load();
   if (signal == 0) return;
   clear();
   throw Preempted(std::string(signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a stop signal") + " while " + stage +
                   ": stopped before training started; nothing was trained or written, the next start begins as this one would have");
 }
-void clear() { requested_signal = 0; }
+void clear() { requested_signal.store(0); }
 
 }  // namespace frugal::preemption
