@@ -94,23 +94,28 @@ CodeTable::CodeTable(const torch::Tensor& map) : bucket_(static_cast<size_t>(2 *
   }
 }
 
-uint8_t CodeTable::code_of(float y) const {
-  const uint32_t bits = std::bit_cast<uint32_t>(sanitized(y));
+namespace {
+
+// Where a value's bits fall: its key's bucket, and its place in the key (flipped for negative values).
+struct Place {
+  uint32_t bucket, low;
+};
+Place place_of(const std::vector<uint32_t>& buckets, uint32_t bits) {
   const uint32_t negative = bits >> 31;
-  const uint32_t magnitude = std::clamp(bits & 0x7fffffffu, kLowest, kOne) - kLowest;
-  const uint32_t bucket = bucket_[(magnitude >> 16) + negative * static_cast<uint32_t>(kKeys)];
-  const uint32_t low = (magnitude & 0xffffu) ^ (negative ? 0xffffu : 0u);
-  return static_cast<uint8_t>((bucket & 0xffu) + (low >= (bucket >> 8) ? 1u : 0u));
+  const uint32_t magnitude = std::clamp(bits & 0x7fffffffu, CodeTable::kLowest, CodeTable::kOne) - CodeTable::kLowest;
+  return {buckets[(magnitude >> 16) + negative * static_cast<uint32_t>(CodeTable::kKeys)], (magnitude & 0xffffu) ^ (negative ? 0xffffu : 0u)};
+}
+
+}  // namespace
+
+uint8_t CodeTable::code_of(float y) const {
+  const Place p = place_of(bucket_, std::bit_cast<uint32_t>(sanitized(y)));
+  return static_cast<uint8_t>((p.bucket & 0xffu) + (p.low >= (p.bucket >> 8) ? 1u : 0u));
 }
 
 bool CodeTable::near_threshold(float y) const {
-  const uint32_t bits = std::bit_cast<uint32_t>(y);
-  const uint32_t negative = bits >> 31;
-  const uint32_t magnitude = std::clamp(bits & 0x7fffffffu, kLowest, kOne) - kLowest;
-  const uint32_t bucket = bucket_[(magnitude >> 16) + negative * static_cast<uint32_t>(kKeys)];
-  const auto low = static_cast<int32_t>((magnitude & 0xffffu) ^ (negative ? 0xffffu : 0u));
-  const auto threshold = static_cast<int32_t>(bucket >> 8);
-  return static_cast<uint32_t>(std::abs(low - threshold)) <= kProductSlack;
+  const Place p = place_of(bucket_, std::bit_cast<uint32_t>(y));
+  return static_cast<uint32_t>(std::abs(static_cast<int32_t>(p.low) - static_cast<int32_t>(p.bucket >> 8))) <= kProductSlack;
 }
 
 void CodeTable::quantize_scalar(const float* x, float absmax, uint8_t* out, int64_t len) const {
