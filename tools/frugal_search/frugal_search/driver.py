@@ -164,22 +164,20 @@ class Driver:
             tail = f.read().decode(errors="replace")
         outcome = prog.RungRun(r.process.returncode, seconds, tail)
         metrics = prog.read_metrics(attr(trial, "run_dir"))
+        value = metrics.value_at(self.s.objectives[0][0], self.s.unit, r.target)
+        if self.stop_requested and outcome.stopped_mid_rung(value is not None):
+            # Stopped by us: resumable from its last checkpoint (its rung and units stay where they were).
+            self.study.set(r.trial_id, seconds=total_seconds)
+            self.study.release(r.trial_id, "interrupted")
+            return
         # Resource reached: the rung's, when the run paused or finished where it should.
         reached = r.target if outcome.ok else int(attr(trial, "rung", 0))
         self.study.set(r.trial_id, seconds=total_seconds, rung=reached, units=reached)
-        if self.stop_requested and outcome.returncode == 0 and "PREEMPTED" in os.listdir(attr(trial, "run_dir")) and \
-                metrics.value_at(self.s.objectives[0][0], self.s.unit, r.target) is None:
-            self.study.release(r.trial_id, "interrupted")  # stopped by us mid-rung: resumable
-            return
         if not outcome.ok:
-            if self.stop_requested and outcome.returncode in (-signal.SIGTERM, 0):
-                self.study.release(r.trial_id, "interrupted")
-                return
             failure_class, reason = prog.failure_of(outcome)
             self.study.fail(r.trial_id, failure_class, reason)
             self.log(f"trial {r.number}: failed ({failure_class}): {reason}")
             return
-        value = metrics.value_at(self.s.objectives[0][0], self.s.unit, r.target)
         if value is None or not math.isfinite(value):
             why = (f"its metrics.jsonl has no finite validation '{self.s.objectives[0][0]}' at {self.s.unit[:-1]} {r.target}"
                    + (f" ({'; '.join(metrics.problems[:2])})" if metrics.problems else ""))

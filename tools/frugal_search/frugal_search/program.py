@@ -53,6 +53,18 @@ class RungRun:
     def ok(self) -> bool:
         return self.returncode == 0
 
+    def stopped_mid_rung(self, reached_target: bool) -> bool:
+        """Whether a run the driver sent SIGTERM ended short of its rung in a way that resumes.
+
+        A trial stops on SIGTERM in one of three ways, by when the signal came: killed by it before
+        the program caught signals (-SIGTERM); exit 128 + SIGTERM from a stage that ends at once
+        (connecting to the other ranks); or exit 0, after a checkpoint (PREEMPTED in its run
+        directory) or before training started (nothing written). None of these is a failure.
+        """
+        if self.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM):
+            return True
+        return self.returncode == 0 and not reached_target
+
 
 def failure_of(run: RungRun) -> tuple[str, str]:
     """(class, reason) of a failed run: oom, nonfinite, smoke_test, config, killed, crash."""
