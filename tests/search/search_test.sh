@@ -208,7 +208,8 @@ postgres)
 import sys, optuna
 study = optuna.load_study(study_name="pgstudy", storage=sys.argv[1])
 states = [t.state for t in study.trials]
-assert len(states) == 10, len(states)
+# (Two workers starting trials at the same moment may each take the last one: up to one more.)
+assert 10 <= len(states) <= 11, len(states)
 assert all(s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for s in states), states
 assert sum(s == optuna.trial.TrialState.COMPLETE for s in states) >= 1
 # Both workers ran rungs, and no rung ran twice (the last worker out prunes what is left paused, so
