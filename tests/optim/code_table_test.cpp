@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "optim/detail/code_table.hpp"
@@ -79,7 +81,7 @@ void sweep_ascending(Sweep& sweep, bool negative_half, uint32_t top_bits) {
 
 }  // namespace
 
-TEST_CASE("the code table gives the searched nearest code on every float of [-1, 1]", "[optim]") {
+TEST_CASE("the code table gives the searched nearest code on every float of [-1, 1]", "[optim][kernels]") {
   INFO("vector path: " << CodeTable::vector_path());
   for (const bool is_signed : {true, false}) {
     for (const bool finite : {true, false}) {
@@ -96,9 +98,11 @@ TEST_CASE("the code table gives the searched nearest code on every float of [-1,
   }
 }
 
-TEST_CASE("the code table's vector paths compute what its scalar path computes, also on NaN, infinities and huge values", "[optim]") {
+TEST_CASE("the code table's vector paths compute what its scalar path computes, also on NaN, infinities and huge values", "[optim][kernels]") {
   testing::Seeded seeded;
   INFO("vector path: " << CodeTable::vector_path());
+  // The path a test run forces (FRUGAL_OPTIM_KERNELS) is the one taken, so each is tested where the CPU has it.
+  if (const char* forced = std::getenv("FRUGAL_OPTIM_KERNELS")) CHECK(std::string(CodeTable::vector_path()) == forced);
   constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   for (const bool is_signed : {true, false}) {
     const CodeTable table(dynamic_map(is_signed));
@@ -158,7 +162,7 @@ float searched_threshold(const float* map, int i) {
 
 }  // namespace
 
-TEST_CASE("a finite block's codes are its quotients' codes also next to every threshold, for maxima over the whole float range", "[optim]") {
+TEST_CASE("a finite block's codes are its quotients' codes also next to every threshold, for maxima over the whole float range", "[optim][kernels]") {
   // The AVX2 path multiplies by 1 / maximum: products near a threshold can fall on its other side
   // from the quotient, and must then be coded as the quotient is.
   testing::Seeded seeded;

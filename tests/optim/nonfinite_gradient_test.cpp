@@ -68,7 +68,7 @@ const char* name_of(Kind kind) { return kind == Kind::adamw ? "AdamW" : kind == 
 
 }  // namespace
 
-TEST_CASE("a NaN, infinite or huge gradient element stays in its element of an 8-bit state's block", "[optim]") {
+TEST_CASE("a NaN, infinite or huge gradient element stays in its element of an 8-bit state's block", "[optim][kernels]") {
   Seeded seeded;
   constexpr float inf = std::numeric_limits<float>::infinity();
   for (const Kind kind : {Kind::adamw, Kind::adam, Kind::sgd}) {

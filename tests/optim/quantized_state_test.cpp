@@ -114,7 +114,7 @@ void through_ten_steps(Check check) {
 // bitsandbytes' optimizers with the published quantizer (the nearest code; see the reference
 // script for why its CPU quantizer is not that): codes equal but for ties, parameters to 1e-6.
 TEST_CASE("8-bit AdamW, Adam and SGD match bitsandbytes with the nearest-code quantizer through 1 and 10 steps: codes, block maxima, parameters",
-          "[optim][parity][python]") {
+          "[optim][parity][python][kernels]") {
   through_ten_steps([](const Case& c, int step, size_t i, torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
     const std::string key = "exact/" + c.name + "/" + std::to_string(step) + "/" + kSizes[i];
     check_norm_close(param.detach(), bnb(key + "/param"), key + " parameter");

@@ -243,18 +243,22 @@ FRUGAL_AVX2 int64_t avx2_scan(const float* x, int64_t len, float* max, bool* non
   return whole;
 }
 
-VectorKernels choose() {
+constexpr VectorKernels kAvx2{"avx2", avx2_quantize, avx2_dequantize, avx2_scan};
+
+VectorKernels choose(std::string_view forced) {
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  if (forced == "avx2" && avx2) return kAvx2;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512vbmi")) {
     return {"avx512vbmi", avx512_quantize, avx512_dequantize, avx512_scan};
   }
-  if (__builtin_cpu_supports("avx2")) return {"avx2", avx2_quantize, avx2_dequantize, avx2_scan};
+  if (avx2) return kAvx2;
   return {"scalar", none_quantize, none_dequantize, none_scan};
 }
 
 #else
 
-VectorKernels choose() { return {"scalar", none_quantize, none_dequantize, none_scan}; }
+VectorKernels choose(std::string_view) { return {"scalar", none_quantize, none_dequantize, none_scan}; }
 
 #endif
 
@@ -262,10 +266,12 @@ VectorKernels choose() { return {"scalar", none_quantize, none_dequantize, none_
 
 const VectorKernels& vector_kernels() {
   static const VectorKernels kernels = [] {
-    // FRUGAL_OPTIM_KERNELS=scalar forces the scalar path (tests and benchmarks compare them).
+    // FRUGAL_OPTIM_KERNELS=scalar forces the scalar path, =avx2 the AVX2 path on a CPU that also
+    // has AVX-512 (tests and benchmarks compare them; a path the CPU lacks is not taken).
     const char* forced = std::getenv("FRUGAL_OPTIM_KERNELS");
-    if (forced != nullptr && std::string_view(forced) == "scalar") return VectorKernels{"scalar", none_quantize, none_dequantize, none_scan};
-    return choose();
+    const std::string_view name = forced != nullptr ? forced : "";
+    if (name == "scalar") return VectorKernels{"scalar", none_quantize, none_dequantize, none_scan};
+    return choose(name);
   }();
   return kernels;
 }
