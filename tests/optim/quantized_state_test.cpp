@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "frugal/io/safetensors.hpp"
 #include "optim/detail/quantized_steps.hpp"
@@ -21,9 +24,14 @@ namespace {
 
 const std::map<std::string, torch::Tensor>& bnb_reference() {
   static const std::map<std::string, torch::Tensor> tensors = [] {
-    const auto path = std::filesystem::current_path() / "bnb_optimizer_8bit.safetensors";
+    // A file of this process's own: ctest runs several processes of this binary at once (the
+    // parity cases, and the kernel cases again on the AVX2 path), and one must not read another's
+    // half-written file.
+    const auto path = std::filesystem::current_path() / ("bnb_optimizer_8bit." + std::to_string(::getpid()) + ".safetensors");
     run_python_reference("bnb_optimizer_8bit.py", path.string());
-    return read_safetensors(path);
+    auto tensors = read_safetensors(path);
+    std::filesystem::remove(path);
+    return tensors;
   }();
   return tensors;
 }

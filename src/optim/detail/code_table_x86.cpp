@@ -23,6 +23,7 @@ int64_t none_scan(const float*, int64_t, float* max, bool* nonfinite) {
   *nonfinite = false;
   return 0;
 }
+constexpr VectorKernels kScalar{"scalar", none_quantize, none_dequantize, none_scan};
 
 #if defined(__x86_64__)
 
@@ -253,12 +254,12 @@ VectorKernels choose(std::string_view forced) {
     return {"avx512vbmi", avx512_quantize, avx512_dequantize, avx512_scan};
   }
   if (avx2) return kAvx2;
-  return {"scalar", none_quantize, none_dequantize, none_scan};
+  return kScalar;
 }
 
 #else
 
-VectorKernels choose(std::string_view) { return {"scalar", none_quantize, none_dequantize, none_scan}; }
+VectorKernels choose(std::string_view) { return kScalar; }
 
 #endif
 
@@ -270,8 +271,7 @@ const VectorKernels& vector_kernels() {
     // has AVX-512 (tests and benchmarks compare them; a path the CPU lacks is not taken).
     const char* forced = std::getenv("FRUGAL_OPTIM_KERNELS");
     const std::string_view name = forced != nullptr ? forced : "";
-    if (name == "scalar") return VectorKernels{"scalar", none_quantize, none_dequantize, none_scan};
-    return choose(name);
+    return name == "scalar" ? kScalar : choose(name);
   }();
   return kernels;
 }
